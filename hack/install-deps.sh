@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages a make target needs, once: the only system packages we use.
+#   protoc   - protobuf compiler and well-known .proto files, for hack/update-codegen.sh
+#   netns    - iproute2 for the network-namespace tests
+set -o errexit -o nounset -o pipefail
+need=()
+for what in "$@"; do
+  case "${what}" in
+    protoc) command -v protoc >/dev/null && [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(protobuf-compiler libprotobuf-dev) ;;
+    netns) command -v ip >/dev/null || need+=(iproute2) ;;
+    *) echo "install-deps: unknown dependency ${what}" >&2; exit 2 ;;
+  esac
+done
+[ "${#need[@]}" -eq 0 ] && exit 0
+sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+echo "installing Debian packages: ${need[*]}"
+${sudo} apt-get update -qq
+DEBIAN_FRONTEND=noninteractive ${sudo} apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

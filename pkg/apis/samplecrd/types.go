@@ -1,0 +1,41 @@
+package samplecrd
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Network is an IP network that the controller realises on each node.
+type Network struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	Spec   NetworkSpec
+	Status NetworkStatus
+}
+
+// NetworkSpec is the desired state of a Network.
+type NetworkSpec struct {
+	// CIDR is the network prefix in canonical form (v1 spec.cidr, v1beta1 spec.subnet).
+	CIDR string
+	// Gateway is an address inside CIDR (v1 spec.gateway, v1beta1 spec.gatewayIP).
+	Gateway string
+}
+
+// NetworkStatus is the observed state of a Network.
+type NetworkStatus struct {
+	ObservedGeneration int64
+	Conditions         []metav1.Condition
+}
+
+// ConditionReady is the condition type that says whether the Network is realised.
+const ConditionReady = "Ready"
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// NetworkList is a list of Networks.
+type NetworkList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+
+	Items []Network
+}

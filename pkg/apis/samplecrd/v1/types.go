@@ -1,0 +1,64 @@
+package v1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Network is an IP network (a prefix and its gateway) that the bundled controller realises as a
+// bridge and a CNI configuration on every node.
+type Network struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// Spec is the desired network.
+	// +optional
+	Spec NetworkSpec `json:"spec,omitempty" protobuf:"bytes,2,opt,name=spec"`
+	// Status is the network as last observed by the controllers. Read-only for clients.
+	// +optional
+	Status NetworkStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
+}
+
+// NetworkSpec is the desired state of a Network.
+type NetworkSpec struct {
+	// CIDR is the network prefix in canonical form, IPv4 ("10.0.0.0/24") or IPv6
+	// ("fd00:1::/64"). The host bits must be zero and the prefix must leave room for a gateway
+	// (at most /30 for IPv4, /126 for IPv6). Immutable once set.
+	// +required
+	CIDR string `json:"cidr" protobuf:"bytes,1,opt,name=cidr"`
+	// Gateway is the address of the network's gateway: an address of the same family inside
+	// CIDR, neither the network address nor the IPv4 broadcast address. Defaults to the first
+	// usable address of CIDR.
+	// +optional
+	Gateway string `json:"gateway,omitempty" protobuf:"bytes,2,opt,name=gateway"`
+}
+
+// NetworkStatus is the observed state of a Network.
+type NetworkStatus struct {
+	// ObservedGeneration is the metadata.generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
+	// Conditions describe the network's state. The "Ready" condition is true when the network
+	// is realised on the node.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchMergeKey=type
+	// +patchStrategy=merge
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type" protobuf:"bytes,2,rep,name=conditions"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// NetworkList is a list of Networks.
+type NetworkList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// Items is the list of Networks.
+	Items []Network `json:"items" protobuf:"bytes,2,rep,name=items"`
+}

@@ -1,0 +1,10 @@
+// +k8s:openapi-gen=true
+// +k8s:deepcopy-gen=package
+// +k8s:conversion-gen=github.com/samplecrd/network-apiserver/pkg/apis/samplecrd
+// +k8s:defaulter-gen=TypeMeta
+// +groupName=samplecrd.k8s.io
+// +k8s:openapi-model-package=io.k8s.samplecrd.v1beta1
+
+// Package v1beta1 is the first version of samplecrd.k8s.io, kept served for old clients. Its spec
+// names the prefix "subnet" and the gateway "gatewayIP"; hand-written conversions map them.
+package v1beta1

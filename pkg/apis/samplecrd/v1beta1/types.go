@@ -1,0 +1,59 @@
+package v1beta1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Network is an IP network (a subnet and its gateway). Deprecated layout: use samplecrd.k8s.io/v1.
+type Network struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// Spec is the desired network.
+	// +optional
+	Spec NetworkSpec `json:"spec,omitempty" protobuf:"bytes,2,opt,name=spec"`
+	// Status is the network as last observed by the controllers. Read-only for clients.
+	// +optional
+	Status NetworkStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
+}
+
+// NetworkSpec is the desired state of a Network in the v1beta1 layout.
+type NetworkSpec struct {
+	// Subnet is the network prefix in canonical form (v1: spec.cidr). Immutable once set.
+	// +required
+	Subnet string `json:"subnet" protobuf:"bytes,1,opt,name=subnet"`
+	// GatewayIP is the gateway address inside Subnet (v1: spec.gateway). Defaults to the first
+	// usable address of Subnet.
+	// +optional
+	GatewayIP string `json:"gatewayIP,omitempty" protobuf:"bytes,2,opt,name=gatewayIP"`
+}
+
+// NetworkStatus is the observed state of a Network.
+type NetworkStatus struct {
+	// ObservedGeneration is the metadata.generation the status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
+	// Conditions describe the network's state; "Ready" is true when the network is realised.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchMergeKey=type
+	// +patchStrategy=merge
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type" protobuf:"bytes,2,rep,name=conditions"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// NetworkList is a list of Networks.
+type NetworkList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// Items is the list of Networks.
+	Items []Network `json:"items" protobuf:"bytes,2,rep,name=items"`
+}
