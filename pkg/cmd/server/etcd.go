@@ -1,0 +1,59 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/klog/v2"
+)
+
+// embeddedEtcd is an etcd member running inside the server process, for single-machine use.
+type embeddedEtcd struct {
+	etcd     *embed.Etcd
+	Endpoint string
+}
+
+// startEmbeddedEtcd starts a one-member etcd with its data under dir, serving clients on loopback
+// at port (0 picks a free port), and waits until it is ready.
+func startEmbeddedEtcd(ctx context.Context, dir string, port int) (*embeddedEtcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = "network-apiserver"
+	cfg.Dir = filepath.Join(dir, "etcd")
+	cfg.LogLevel = "error"
+	cfg.LogOutputs = []string{"stderr"}
+	client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", port)}
+	// The peer port is never dialled by a single member; port 0 keeps it from clashing.
+	peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("starting embedded etcd in %s: %w", cfg.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd failed: %w", err)
+	case <-time.After(time.Minute):
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd in %s was not ready within a minute", cfg.Dir)
+	case <-ctx.Done():
+		e.Close()
+		return nil, ctx.Err()
+	}
+	endpoint := "http://" + e.Clients[0].Addr().String()
+	klog.InfoS("Embedded etcd is serving", "endpoint", endpoint, "dataDir", cfg.Dir)
+	return &embeddedEtcd{etcd: e, Endpoint: endpoint}, nil
+}
+
+// Stop stops the member and waits until its data is flushed.
+func (e *embeddedEtcd) Stop() {
+	e.etcd.Close()
+}

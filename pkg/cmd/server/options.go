@@ -1,0 +1,160 @@
+// Package server holds network-apiserver's options and flags and the command that runs it, in one
+// of two modes: standalone (no core Kubernetes API: embedded etcd by default, its own admin
+// credential) or attached (behind kube-apiserver's aggregation layer, with delegated authn/authz).
+package server
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	serverstorage "k8s.io/apiserver/pkg/server/storage"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/klog/v2"
+	netutils "k8s.io/utils/net"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/apiserver"
+	generatedopenapi "github.com/samplecrd/network-apiserver/pkg/generated/openapi"
+)
+
+const etcdPathPrefix = "/registry/samplecrd.k8s.io"
+
+// Options are everything network-apiserver can be told on its command line.
+type Options struct {
+	Recommended *genericoptions.RecommendedOptions
+
+	// DataDir holds the embedded etcd data, the generated serving certificate, the admin token
+	// and the admin kubeconfig.
+	DataDir string
+	// EmbeddedEtcdPort is the loopback client port of the embedded etcd; 0 picks a free one.
+	EmbeddedEtcdPort int
+	// Standalone is decided by Complete: true when no core Kubernetes API is configured.
+	Standalone bool
+
+	Out io.Writer
+}
+
+// NewOptions returns the defaults: protobuf storage, watch cache on, port 8443.
+func NewOptions(out io.Writer) *Options {
+	o := &Options{
+		Recommended: genericoptions.NewRecommendedOptions(etcdPathPrefix,
+			apiserver.Codecs.LegacyCodec(v1.SchemeGroupVersion)),
+		DataDir: "network-apiserver.data",
+		Out:     out,
+	}
+	o.Recommended.Etcd.DefaultStorageMediaType = runtime.ContentTypeProtobuf
+	o.Recommended.SecureServing.BindPort = 8443
+	o.Recommended.SecureServing.ServerCert.CertDirectory = ""
+	return o
+}
+
+// AddFlags adds the generic apiserver flags and ours.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.Recommended.AddFlags(fs)
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir,
+		"Directory for the embedded etcd's data, the generated serving certificate, and (standalone) the admin token and kubeconfig.")
+	fs.IntVar(&o.EmbeddedEtcdPort, "embedded-etcd-port", o.EmbeddedEtcdPort,
+		"Loopback client port of the embedded etcd started when --etcd-servers is empty; 0 picks a free port.")
+}
+
+// EmbeddedEtcd says whether the server runs its own etcd member.
+func (o *Options) EmbeddedEtcd() bool { return len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0 }
+
+// Complete decides the mode and fills in what depends on it.
+func (o *Options) Complete() error {
+	auth := o.Recommended.Authentication
+	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
+	o.Standalone = !inCluster && o.Recommended.CoreAPI.CoreAPIKubeconfigPath == "" &&
+		auth.RemoteKubeConfigFile == "" && o.Recommended.Authorization.RemoteKubeConfigFile == ""
+	if o.Recommended.SecureServing.ServerCert.CertDirectory == "" {
+		o.Recommended.SecureServing.ServerCert.CertDirectory = filepath.Join(o.DataDir, "certs")
+	}
+	if o.Standalone {
+		// No core API: authn/authz are ours (applyStandaloneAuth), and whatever needs a
+		// kube-apiserver's informers (namespace lifecycle, webhooks, policies, flow control) is off.
+		o.Recommended.CoreAPI = nil
+		o.Recommended.Authentication = nil
+		o.Recommended.Authorization = nil
+		o.Recommended.Admission = nil
+		o.Recommended.Features.EnablePriorityAndFairness = false
+	}
+	return nil
+}
+
+// Validate checks the flags after Complete.
+func (o *Options) Validate() error {
+	var errs []error
+	etcd := o.Recommended.Etcd
+	if o.EmbeddedEtcd() {
+		// The embedded member's address is known only once it runs; validate the rest now.
+		copied := *etcd
+		copied.StorageConfig.Transport.ServerList = []string{"http://127.0.0.1:0"}
+		o.Recommended.Etcd = &copied
+		defer func() { o.Recommended.Etcd = etcd }()
+	}
+	errs = append(errs, o.Recommended.Validate()...)
+	if o.DataDir == "" {
+		errs = append(errs, fmt.Errorf("--data-dir must not be empty"))
+	}
+	if o.EmbeddedEtcdPort < 0 || o.EmbeddedEtcdPort > 65535 {
+		errs = append(errs, fmt.Errorf("--embedded-etcd-port %d is not a port", o.EmbeddedEtcdPort))
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+// Config builds the server configuration. The etcd servers must be known by now.
+func (o *Options) Config() (*apiserver.Config, error) {
+	if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil,
+		[]net.IP{netutils.ParseIPSloppy("127.0.0.1"), net.IPv6loopback}); err != nil {
+		return nil, fmt.Errorf("creating a self-signed serving certificate: %w", err)
+	}
+
+	etcd := o.Recommended.Etcd
+	codec, versioner, err := serverstorage.NewStorageCodec(serverstorage.StorageCodecConfig{
+		StorageMediaType:  etcd.DefaultStorageMediaType,
+		StorageSerializer: apiserver.Codecs,
+		StorageVersion:    v1.SchemeGroupVersion,
+		MemoryVersion:     samplecrd.SchemeGroupVersion,
+		Config:            etcd.StorageConfig,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--storage-media-type: %w", err)
+	}
+	etcd.StorageConfig.Codec, etcd.StorageConfig.EncodeVersioner = codec, versioner
+
+	config := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	config.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	config.FeatureGate = utilfeature.DefaultFeatureGate
+	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
+	config.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	config.OpenAPIConfig.Info.Title = "network-apiserver"
+	config.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	config.OpenAPIV3Config.Info.Title = "network-apiserver"
+
+	if err := o.Recommended.ApplyTo(config); err != nil {
+		return nil, err
+	}
+	if o.Standalone {
+		token, err := loadOrCreateAdminToken(filepath.Join(o.DataDir, "admin.token"))
+		if err != nil {
+			return nil, fmt.Errorf("admin token: %w", err)
+		}
+		if err := applyStandaloneAuth(&config.Config, token); err != nil {
+			return nil, err
+		}
+		klog.InfoS("Standalone mode: no core Kubernetes API is configured, so delegated authentication and authorization, " +
+			"namespace lifecycle, admission webhooks and admission policies are off; the admin kubeconfig is the only credential")
+	}
+	return &apiserver.Config{GenericConfig: config}, nil
+}

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	"k8s.io/apiserver/pkg/authentication/request/union"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/authorization/path"
+	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// AdminUser is the identity of the admin credential a standalone server writes.
+const AdminUser = "network-apiserver-admin"
+
+// healthPaths may be read without credentials, so that probes work; everything else needs the token.
+var healthPaths = []string{"/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*"}
+
+// loadOrCreateAdminToken returns the admin bearer token kept in file, creating it on first start,
+// so that a kubeconfig written once stays valid across restarts.
+func loadOrCreateAdminToken(file string) (string, error) {
+	if b, err := os.ReadFile(file); err == nil {
+		if token := strings.TrimSpace(string(b)); token != "" {
+			return token, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(raw)
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return token, nil
+}
+
+// applyStandaloneAuth makes the admin token the only credential: its holder is in system:masters
+// and may do anything; anonymous requests reach the health endpoints only.
+func applyStandaloneAuth(config *genericapiserver.Config, token string) error {
+	admin := &authenticator.Response{User: &user.DefaultInfo{
+		Name:   AdminUser,
+		Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated},
+	}}
+	config.Authentication.Authenticator = union.New(
+		bearertoken.New(adminToken(token, admin)),
+		authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+			if isHealthPath(req.URL.Path) {
+				return &authenticator.Response{User: &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}}, true, nil
+			}
+			return nil, false, nil
+		}),
+	)
+	healthAuthz, err := path.NewAuthorizer(healthPaths)
+	if err != nil {
+		return err
+	}
+	config.Authorization.Authorizer, err = authorizerunion.New(
+		authorizerunion.NamedAuthorizer{AuthorizerName: "health-paths", Authorizer: healthAuthz},
+		authorizerunion.NamedAuthorizer{AuthorizerName: "admin", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
+	)
+	return err
+}
+
+// adminToken accepts exactly the admin token, compared in constant time.
+func adminToken(token string, admin *authenticator.Response) authenticator.Token {
+	return authenticator.TokenFunc(func(_ context.Context, presented string) (*authenticator.Response, bool, error) {
+		if subtle.ConstantTimeCompare([]byte(presented), []byte(token)) == 1 {
+			return admin, true, nil
+		}
+		return nil, false, nil
+	})
+}
+
+func isHealthPath(p string) bool {
+	for _, h := range []string{"/healthz", "/livez", "/readyz"} {
+		if p == h || strings.HasPrefix(p, h+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// writeAdminKubeconfig writes a kubeconfig for the admin token that trusts the serving certificate.
+func writeAdminKubeconfig(file, server string, caPEM []byte, token string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["network-apiserver"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos[AdminUser] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["network-apiserver"] = &clientcmdapi.Context{Cluster: "network-apiserver", AuthInfo: AdminUser, Namespace: "default"}
+	cfg.CurrentContext = "network-apiserver"
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return err
+	}
+	if err := clientcmd.WriteToFile(*cfg, file); err != nil {
+		return fmt.Errorf("writing %s: %w", file, err)
+	}
+	return os.Chmod(file, 0o600)
+}

@@ -1,0 +1,100 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/spf13/cobra"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/klog/v2"
+)
+
+// NewCommand returns the network-apiserver command.
+func NewCommand(ctx context.Context, o *Options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "network-apiserver",
+		Short: "Serve the samplecrd.k8s.io Network API",
+		Long: "network-apiserver serves samplecrd.k8s.io Networks from its own etcd. Without a core Kubernetes API " +
+			"it runs standalone with an embedded etcd and writes an admin kubeconfig; with --kubeconfig (or in a " +
+			"cluster) it runs behind kube-apiserver's aggregation layer with delegated authentication and authorization.",
+		SilenceUsage: true,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := o.Complete(); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(c.Context())
+		},
+	}
+	cmd.SetContext(ctx)
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// Run starts the embedded etcd if there is one, then serves until ctx is done, then stops etcd.
+func (o *Options) Run(ctx context.Context) error {
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return err
+	}
+	if o.EmbeddedEtcd() {
+		etcd, err := startEmbeddedEtcd(ctx, o.DataDir, o.EmbeddedEtcdPort)
+		if err != nil {
+			return err
+		}
+		defer etcd.Stop()
+		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{etcd.Endpoint}
+	}
+
+	config, err := o.Config()
+	if err != nil {
+		return err
+	}
+	server, err := config.Complete().New()
+	if err != nil {
+		return err
+	}
+	if o.Standalone {
+		server.GenericAPIServer.AddPostStartHookOrDie("write-admin-kubeconfig", func(genericapiserver.PostStartHookContext) error {
+			return o.announceAdminKubeconfig()
+		})
+	}
+	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}
+
+// announceAdminKubeconfig writes the admin kubeconfig and prints the kubectl line to use it.
+func (o *Options) announceAdminKubeconfig() error {
+	serving := o.Recommended.SecureServing
+	host := serving.BindAddress.String()
+	if serving.BindAddress.IsUnspecified() || serving.BindAddress.IsLoopback() {
+		host = "127.0.0.1"
+	}
+	port := serving.BindPort
+	if serving.Listener != nil {
+		port = serving.Listener.Addr().(*net.TCPAddr).Port
+	}
+	caPEM, err := os.ReadFile(serving.ServerCert.CertKey.CertFile)
+	if err != nil {
+		return fmt.Errorf("reading the serving certificate for the kubeconfig: %w", err)
+	}
+	token, err := loadOrCreateAdminToken(filepath.Join(o.DataDir, "admin.token"))
+	if err != nil {
+		return err
+	}
+	file, err := filepath.Abs(filepath.Join(o.DataDir, "admin.kubeconfig"))
+	if err != nil {
+		return err
+	}
+	server := "https://" + net.JoinHostPort(host, strconv.Itoa(port))
+	if err := writeAdminKubeconfig(file, server, caPEM, token); err != nil {
+		return err
+	}
+	klog.InfoS("Admin kubeconfig written", "path", file, "server", server)
+	fmt.Fprintf(o.Out, "\nnetwork-apiserver is serving at %s. Try:\n\n  kubectl --kubeconfig %s get networks\n\n", server, file)
+	return nil
+}

@@ -1,0 +1,144 @@
+// Package network is the registry of Networks: the strategies that hold the rules of every write
+// (defaulting, generation, status/spec separation, validation) and the storage that wires them to
+// etcd through the generic store.
+package network
+
+import (
+	"context"
+	"fmt"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/names"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/validation"
+)
+
+// servedVersions are the API versions whose reset fields the strategies declare.
+var servedVersions = []fieldpath.APIVersion{"samplecrd.k8s.io/v1", "samplecrd.k8s.io/v1beta1"}
+
+func resetFields(path string) map[fieldpath.APIVersion]*fieldpath.Set {
+	m := make(map[fieldpath.APIVersion]*fieldpath.Set, len(servedVersions))
+	for _, v := range servedVersions {
+		m[v] = fieldpath.NewSet(fieldpath.MakePathOrDie(path))
+	}
+	return m
+}
+
+// networkStrategy holds the rules for writes to the main resource.
+type networkStrategy struct {
+	runtime.ObjectTyper
+	names.NameGenerator
+}
+
+// NewStrategy returns the strategy for networks.
+func NewStrategy(typer runtime.ObjectTyper) rest.RESTCreateUpdateStrategy {
+	return networkStrategy{typer, names.SimpleNameGenerator}
+}
+
+func (networkStrategy) NamespaceScoped() bool { return true }
+
+// GetResetFields says that writes to the main resource never set status, for server-side apply.
+func (networkStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return resetFields("status")
+}
+
+// PrepareForCreate drops any status the client sent, starts the generation and defaults the gateway.
+func (networkStrategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
+	n := obj.(*samplecrd.Network)
+	n.Status = samplecrd.NetworkStatus{}
+	n.Generation = 1
+	defaultSpec(&n.Spec)
+}
+
+// PrepareForUpdate keeps the stored status and bumps the generation when the spec changes.
+func (networkStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	n, o := obj.(*samplecrd.Network), old.(*samplecrd.Network)
+	n.Status = o.Status
+	defaultSpec(&n.Spec)
+	if !apiequality.Semantic.DeepEqual(n.Spec, o.Spec) {
+		n.Generation = o.Generation + 1
+	}
+}
+
+// defaultSpec defaults the gateway here rather than in the versioned defaulters, so that admission
+// (which runs between decoding and the strategy) can still tell a gateway the user chose from none.
+func defaultSpec(spec *samplecrd.NetworkSpec) {
+	if spec.Gateway == "" {
+		spec.Gateway = samplecrd.DefaultGateway(spec.CIDR)
+	}
+}
+
+func (networkStrategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
+	return validation.ValidateNetwork(obj.(*samplecrd.Network))
+}
+
+func (networkStrategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
+func (networkStrategy) AllowCreateOnUpdate(context.Context) bool                  { return false }
+func (networkStrategy) AllowUnconditionalUpdate(context.Context) bool             { return true }
+func (networkStrategy) Canonicalize(runtime.Object)                               {}
+
+func (networkStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	return validation.ValidateNetworkUpdate(obj.(*samplecrd.Network), old.(*samplecrd.Network))
+}
+
+func (networkStrategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
+	return nil
+}
+
+// networkStatusStrategy holds the rules for writes to networks/status.
+type networkStatusStrategy struct {
+	networkStrategy
+}
+
+// NewStatusStrategy returns the strategy for networks/status.
+func NewStatusStrategy(typer runtime.ObjectTyper) rest.RESTUpdateStrategy {
+	return networkStatusStrategy{networkStrategy{typer, names.SimpleNameGenerator}}
+}
+
+// GetResetFields says that status writes never change spec, for server-side apply.
+func (networkStatusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return resetFields("spec")
+}
+
+// PrepareForUpdate keeps the stored spec and metadata: a status write changes status only.
+func (networkStatusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	n, o := obj.(*samplecrd.Network), old.(*samplecrd.Network)
+	n.Spec = o.Spec
+	metav1.ResetObjectMetaForStatus(n, o)
+}
+
+func (networkStatusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	return validation.ValidateNetworkStatusUpdate(obj.(*samplecrd.Network), old.(*samplecrd.Network))
+}
+
+// GetAttrs returns the labels and the selectable fields of a Network.
+func GetAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
+	n, ok := obj.(*samplecrd.Network)
+	if !ok {
+		return nil, nil, fmt.Errorf("not a Network: %T", obj)
+	}
+	return n.Labels, SelectableFields(n), nil
+}
+
+// SelectableFields are the fields a field selector can match: name, namespace, cidr and gateway.
+func SelectableFields(n *samplecrd.Network) fields.Set {
+	return generic.AddObjectMetaFieldsSet(fields.Set{
+		"spec.cidr":    n.Spec.CIDR,
+		"spec.gateway": n.Spec.Gateway,
+	}, &n.ObjectMeta, true)
+}
+
+// Match returns the storage predicate for a label and field selector.
+func Match(label labels.Selector, field fields.Selector) storage.SelectionPredicate {
+	return storage.SelectionPredicate{Label: label, Field: field, GetAttrs: GetAttrs}
+}

@@ -1,0 +1,54 @@
+package network
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metatable "k8s.io/apimachinery/pkg/api/meta/table"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+)
+
+// tableConvertor prints Networks for `kubectl get`: NAME, CIDR, GATEWAY, READY, AGE, and with
+// -o wide the Ready reason and the observed generation.
+type tableConvertor struct{}
+
+var columns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name", Description: "Name of the Network."},
+	{Name: "CIDR", Type: "string", Description: "The network prefix (spec.cidr)."},
+	{Name: "Gateway", Type: "string", Description: "The gateway address (spec.gateway)."},
+	{Name: "Ready", Type: "string", Description: "Status of the Ready condition: True, False or Unknown."},
+	{Name: "Age", Type: "string", Description: "Time since the Network was created."},
+	{Name: "Reason", Type: "string", Priority: 1, Description: "Reason of the Ready condition."},
+	{Name: "Observed", Type: "integer", Priority: 1, Description: "Generation the status was computed for."},
+}
+
+func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	table := &metav1.Table{}
+	if opts, ok := tableOptions.(*metav1.TableOptions); !ok || !opts.NoHeaders {
+		table.ColumnDefinitions = columns
+	}
+	if m, err := meta.ListAccessor(obj); err == nil {
+		table.ResourceVersion = m.GetResourceVersion()
+		table.Continue = m.GetContinue()
+		table.RemainingItemCount = m.GetRemainingItemCount()
+	} else if m, err := meta.CommonAccessor(obj); err == nil {
+		table.ResourceVersion = m.GetResourceVersion()
+	}
+	rows, err := metatable.MetaToTableRow(obj, func(obj runtime.Object, m metav1.Object, name, age string) ([]interface{}, error) {
+		n, ok := obj.(*samplecrd.Network)
+		if !ok {
+			return nil, fmt.Errorf("not a Network: %T", obj)
+		}
+		ready, reason := "Unknown", ""
+		if c := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady); c != nil {
+			ready, reason = string(c.Status), c.Reason
+		}
+		return []interface{}{name, n.Spec.CIDR, n.Spec.Gateway, ready, age, reason, n.Status.ObservedGeneration}, nil
+	})
+	table.Rows = rows
+	return table, err
+}
