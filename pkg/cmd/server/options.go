@@ -69,7 +69,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 }
 
 // EmbeddedEtcd says whether the server runs its own etcd member.
-func (o *Options) EmbeddedEtcd() bool { return len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0 }
+func (o *Options) EmbeddedEtcd() bool {
+	return len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0
+}
 
 // Complete decides the mode and fills in what depends on it.
 func (o *Options) Complete() error {
