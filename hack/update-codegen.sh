@@ -15,7 +15,6 @@ cd "${ROOT}"
 "${ROOT}/hack/install-deps.sh" protoc
 "${ROOT}/hack/build-codegen-tools.sh" "${BIN}"
 export PATH="${BIN}:${PATH}"
-export GOFLAGS="${GOFLAGS:-} -mod=mod"
 
 pkgs() { local p; for p in "$@"; do printf '%s/%s\n' "${MODULE}" "${p}"; done; }
 

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 	"k8s.io/klog/v2"
 )
 
 // embeddedEtcd is an etcd member running inside the server process, for single-machine use.
 type embeddedEtcd struct {
 	etcd     *embed.Etcd
+	logLevel zap.AtomicLevel
 	Endpoint string
 }
 
@@ -23,8 +25,15 @@ func startEmbeddedEtcd(ctx context.Context, dir string, port int) (*embeddedEtcd
 	cfg := embed.NewConfig()
 	cfg.Name = "network-apiserver"
 	cfg.Dir = filepath.Join(dir, "etcd")
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{"stderr"}
+	// Only errors, and none while closing: etcd reports its listeners' normal shutdown as errors.
+	level := zap.NewAtomicLevelAt(zap.ErrorLevel)
+	logConfig := zap.NewProductionConfig()
+	logConfig.Level = level
+	logger, err := logConfig.Build()
+	if err != nil {
+		return nil, err
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger.Named("etcd"))
 	client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", port)}
 	// The peer port is never dialled by a single member; port 0 keeps it from clashing.
 	peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
@@ -50,10 +59,11 @@ func startEmbeddedEtcd(ctx context.Context, dir string, port int) (*embeddedEtcd
 	}
 	endpoint := "http://" + e.Clients[0].Addr().String()
 	klog.InfoS("Embedded etcd is serving", "endpoint", endpoint, "dataDir", cfg.Dir)
-	return &embeddedEtcd{etcd: e, Endpoint: endpoint}, nil
+	return &embeddedEtcd{etcd: e, logLevel: level, Endpoint: endpoint}, nil
 }
 
 // Stop stops the member and waits until its data is flushed.
 func (e *embeddedEtcd) Stop() {
+	e.logLevel.SetLevel(zap.FatalLevel)
 	e.etcd.Close()
 }

@@ -1,0 +1,49 @@
+# network-apiserver. `make run` and `make test` set up everything they need on a fresh machine.
+SHELL := /usr/bin/env bash -o errexit -o nounset -o pipefail
+GO ?= go
+BIN := $(CURDIR)/_output/bin
+DATA_DIR ?= $(CURDIR)/.data
+PORT ?= 8443
+GO_TEST_FLAGS ?= -count=1 -timeout 30m
+
+.PHONY: all build run test test-unit test-integration verify codegen tools clean
+
+all: build
+
+## build: the server binary, into _output/bin
+build:
+	$(GO) build -o $(BIN)/network-apiserver ./cmd/network-apiserver
+
+## tools: kubectl, kube-apiserver, kube-controller-manager and etcd at pinned versions (first time: minutes)
+tools:
+	hack/build-tools.sh
+
+## run: the server with embedded etcd on 127.0.0.1:$(PORT), data in $(DATA_DIR); prints the kubectl line
+run: build
+	hack/build-tools.sh kubectl
+	@echo "kubectl v1.37.2 is at $(BIN)/kubectl (export PATH=$(BIN):\$$PATH)"
+	$(BIN)/network-apiserver --data-dir $(DATA_DIR) --bind-address 127.0.0.1 --secure-port $(PORT)
+
+## test: verify, then unit, integration and end-to-end tests
+test: verify test-unit test-integration
+
+test-unit:
+	$(GO) test $(GO_TEST_FLAGS) ./pkg/... ./cmd/... ./hack/openapi-schema/...
+
+test-integration:
+	$(GO) test $(GO_TEST_FLAGS) ./test/integration/...
+
+## verify: gofmt, go vet, go.mod tidy and fresh generated code
+verify:
+	@bad=$$(gofmt -s -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './_output/*')); \
+	  if [ -n "$$bad" ]; then echo "gofmt -s would change: $$bad"; exit 1; fi
+	$(GO) vet ./...
+	hack/verify-gomod.sh
+	hack/verify-codegen.sh
+
+## codegen: regenerate deepcopy, protobuf, conversions, defaulters, OpenAPI and clients
+codegen:
+	hack/update-codegen.sh
+
+clean:
+	rm -rf _output $(DATA_DIR)
