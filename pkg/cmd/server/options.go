@@ -79,6 +79,15 @@ func (o *Options) Complete() error {
 	inCluster := os.Getenv("KUBERNETES_SERVICE_HOST") != ""
 	o.Standalone = !inCluster && o.Recommended.CoreAPI.CoreAPIKubeconfigPath == "" &&
 		auth.RemoteKubeConfigFile == "" && o.Recommended.Authorization.RemoteKubeConfigFile == ""
+	if kubeconfig := o.Recommended.CoreAPI.CoreAPIKubeconfigPath; !o.Standalone && kubeconfig != "" {
+		// One --kubeconfig is enough to attach: delegated authn/authz use it unless told otherwise.
+		if auth.RemoteKubeConfigFile == "" {
+			auth.RemoteKubeConfigFile = kubeconfig
+		}
+		if o.Recommended.Authorization.RemoteKubeConfigFile == "" {
+			o.Recommended.Authorization.RemoteKubeConfigFile = kubeconfig
+		}
+	}
 	if o.Recommended.SecureServing.ServerCert.CertDirectory == "" {
 		o.Recommended.SecureServing.ServerCert.CertDirectory = filepath.Join(o.DataDir, "certs")
 	}

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+func parsedOptions(t *testing.T, args ...string) *Options {
+	t.Helper()
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	o := NewOptions(io.Discard)
+	cmd := NewCommand(t.Context(), o)
+	if err := cmd.ParseFlags(args); err != nil {
+		t.Fatalf("parsing %v: %v", args, err)
+	}
+	if err := o.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestStandaloneWithoutCoreAPI(t *testing.T) {
+	o := parsedOptions(t, "--data-dir", t.TempDir())
+	if !o.Standalone || !o.EmbeddedEtcd() {
+		t.Fatalf("standalone=%v embedded=%v, want both true", o.Standalone, o.EmbeddedEtcd())
+	}
+	if o.Recommended.Authentication != nil || o.Recommended.Authorization != nil || o.Recommended.Admission != nil || o.Recommended.CoreAPI != nil {
+		t.Error("standalone mode must not configure delegated authn/authz, core API or core admission plugins")
+	}
+	if o.Recommended.Features.EnablePriorityAndFairness {
+		t.Error("priority and fairness needs a core API and must be off standalone")
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatalf("defaults must validate standalone: %v", err)
+	}
+	if !o.EmbeddedEtcd() {
+		t.Error("Validate must not leave a placeholder etcd server behind")
+	}
+	if got := o.Recommended.Etcd.DefaultStorageMediaType; got != "application/vnd.kubernetes.protobuf" {
+		t.Errorf("default storage media type %q, want protobuf", got)
+	}
+}
+
+func TestAttachedWithKubeconfigDelegatesToIt(t *testing.T) {
+	o := parsedOptions(t, "--kubeconfig", "/etc/k.conf", "--etcd-servers", "https://10.0.0.1:2379")
+	if o.Standalone || o.EmbeddedEtcd() {
+		t.Fatalf("standalone=%v embedded=%v, want attached with external etcd", o.Standalone, o.EmbeddedEtcd())
+	}
+	if got := o.Recommended.Authentication.RemoteKubeConfigFile; got != "/etc/k.conf" {
+		t.Errorf("authentication kubeconfig %q, want the --kubeconfig", got)
+	}
+	if got := o.Recommended.Authorization.RemoteKubeConfigFile; got != "/etc/k.conf" {
+		t.Errorf("authorization kubeconfig %q, want the --kubeconfig", got)
+	}
+}
+
+func TestAttachedKeepsExplicitDelegationKubeconfigs(t *testing.T) {
+	o := parsedOptions(t, "--kubeconfig", "/a", "--authentication-kubeconfig", "/b", "--authorization-kubeconfig", "/c")
+	if o.Recommended.Authentication.RemoteKubeConfigFile != "/b" || o.Recommended.Authorization.RemoteKubeConfigFile != "/c" {
+		t.Errorf("explicit kubeconfigs replaced: authn %q authz %q", o.Recommended.Authentication.RemoteKubeConfigFile,
+			o.Recommended.Authorization.RemoteKubeConfigFile)
+	}
+}
+
+func TestInClusterIsAttached(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+	o := NewOptions(io.Discard)
+	if err := o.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	if o.Standalone {
+		t.Error("a server running in a cluster must attach to it")
+	}
+}
+
+func TestValidateRejectsBadFlags(t *testing.T) {
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"negative etcd port": {[]string{"--embedded-etcd-port", "-1"}, "--embedded-etcd-port"},
+		"empty data dir":     {[]string{"--data-dir", ""}, "--data-dir"},
+		"bad media type":     {[]string{"--storage-media-type", "text/plain"}, "--storage-media-type"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			o := parsedOptions(t, tc.args...)
+			err := o.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
