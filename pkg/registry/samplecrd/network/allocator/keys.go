@@ -1,0 +1,51 @@
+package allocator
+
+import (
+	"encoding/hex"
+	"math/big"
+	"net/netip"
+)
+
+// An allocation is stored under <root>/<scope>/<family>/<start address as fixed-width hex>, so
+// keys sort in address order within a family and "every allocation starting inside a range" is
+// one contiguous key range.
+
+func familyOf(a netip.Addr) string {
+	if a.Is4() {
+		return "4"
+	}
+	return "6"
+}
+
+func addrHex(a netip.Addr) string { return hex.EncodeToString(a.AsSlice()) }
+
+func addrFromHex(s string) (netip.Addr, bool) {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return netip.AddrFromSlice(b)
+}
+
+// lastAddr is the highest address of a masked prefix.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+func addrToInt(a netip.Addr) *big.Int { return new(big.Int).SetBytes(a.AsSlice()) }
+
+func intToAddr(i *big.Int, is4 bool) netip.Addr {
+	size := 16
+	if is4 {
+		size = 4
+	}
+	b := make([]byte, size)
+	i.FillBytes(b)
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
