@@ -3,11 +3,18 @@ package samplecrd
 import "net/netip"
 
 // DefaultGateway returns the first usable address of cidr (the network address plus one), or ""
-// when cidr is not a valid prefix. The strategy uses it to default spec.gateway.
+// when cidr is not a valid prefix or has no address after its network address (/32, /128). The
+// strategy uses it to default spec.gateway.
 func DefaultGateway(cidr string) string {
 	p, err := netip.ParsePrefix(cidr)
 	if err != nil {
 		return ""
 	}
-	return p.Masked().Addr().Next().String()
+	gw := p.Masked().Addr().Next()
+	if !p.Contains(gw) {
+		// Next is outside a /32 or /128, and is the invalid Addr ("invalid IP") after the last
+		// address of the space.
+		return ""
+	}
+	return gw.String()
 }

@@ -19,6 +19,9 @@ type NetworkSpec struct {
 	CIDR string
 	// Gateway is an address inside CIDR (v1 spec.gateway, v1beta1 spec.gatewayIP).
 	Gateway string
+	// PrefixLength asks for a free prefix of this length from the server's pools when CIDR is
+	// empty; when CIDR is set it must match CIDR's length (v1 and v1beta1 spec.prefixLength).
+	PrefixLength int32
 }
 
 // NetworkStatus is the observed state of a Network.

@@ -39,10 +39,17 @@ type Options struct {
 	DataDir string
 	// EmbeddedEtcdPort is the loopback client port of the embedded etcd; 0 picks a free one.
 	EmbeddedEtcdPort int
+	// OverlapScope is where two Networks may not overlap: the cluster, or each namespace.
+	OverlapScope string
+	// NetworkPools are the prefixes spec.prefixLength allocates from, in order.
+	NetworkPools []string
 	// Standalone is decided by Complete: true when no core Kubernetes API is configured.
 	Standalone bool
 
 	Out io.Writer
+
+	// etcdClients are closed when Run returns.
+	etcdClients []io.Closer
 }
 
 // NewOptions returns the defaults: protobuf storage, watch cache on, port 8443.
@@ -50,8 +57,10 @@ func NewOptions(out io.Writer) *Options {
 	o := &Options{
 		Recommended: genericoptions.NewRecommendedOptions(etcdPathPrefix,
 			apiserver.Codecs.LegacyCodec(v1.SchemeGroupVersion)),
-		DataDir: "network-apiserver.data",
-		Out:     out,
+		DataDir:      "network-apiserver.data",
+		OverlapScope: OverlapScopeCluster,
+		NetworkPools: append([]string(nil), DefaultNetworkPools...),
+		Out:          out,
 	}
 	o.Recommended.Etcd.DefaultStorageMediaType = runtime.ContentTypeProtobuf
 	o.Recommended.SecureServing.BindPort = 8443
@@ -66,6 +75,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Directory for the embedded etcd's data, the generated serving certificate, and (standalone) the admin token and kubeconfig.")
 	fs.IntVar(&o.EmbeddedEtcdPort, "embedded-etcd-port", o.EmbeddedEtcdPort,
 		"Loopback client port of the embedded etcd started when --etcd-servers is empty; 0 picks a free port.")
+	fs.StringVar(&o.OverlapScope, "overlap-scope", o.OverlapScope,
+		"Where no two Networks may overlap: \"cluster\" (all namespaces) or \"namespace\" (each namespace on its own).")
+	fs.StringSliceVar(&o.NetworkPools, "network-pool", o.NetworkPools,
+		"Prefix from which Networks with spec.prefixLength and no spec.cidr get theirs; repeatable, IPv4 and IPv6, tried in order.")
 }
 
 // EmbeddedEtcd says whether the server runs its own etcd member.
@@ -118,6 +131,12 @@ func (o *Options) Validate() error {
 	if o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("--data-dir must not be empty"))
 	}
+	if o.OverlapScope != OverlapScopeCluster && o.OverlapScope != OverlapScopeNamespace {
+		errs = append(errs, fmt.Errorf("--overlap-scope %q must be %q or %q", o.OverlapScope, OverlapScopeCluster, OverlapScopeNamespace))
+	}
+	if _, err := parsePools(o.NetworkPools); err != nil {
+		errs = append(errs, err)
+	}
 	if o.EmbeddedEtcdPort < 0 || o.EmbeddedEtcdPort > 65535 {
 		errs = append(errs, fmt.Errorf("--embedded-etcd-port %d is not a port", o.EmbeddedEtcdPort))
 	}
@@ -167,5 +186,10 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		klog.InfoS("Standalone mode: no core Kubernetes API is configured, so delegated authentication and authorization, " +
 			"namespace lifecycle, admission webhooks and admission policies are off; the admin kubeconfig is the only credential")
 	}
-	return &apiserver.Config{GenericConfig: config}, nil
+	allocations, etcdClient, err := o.allocations()
+	if err != nil {
+		return nil, err
+	}
+	o.etcdClients = append(o.etcdClients, etcdClient)
+	return &apiserver.Config{GenericConfig: config, Extra: apiserver.ExtraConfig{Allocations: allocations}}, nil
 }

@@ -52,6 +52,11 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 
 	config, err := o.Config()
+	defer func() {
+		for _, c := range o.etcdClients {
+			c.Close()
+		}
+	}()
 	if err != nil {
 		return err
 	}

@@ -211,8 +211,7 @@ func schema_pkg_apis_samplecrd_v1_NetworkSpec(ref common.ReferenceCallback) comm
 				Properties: map[string]spec.Schema{
 					"cidr": {
 						SchemaProps: spec.SchemaProps{
-							Description: "CIDR is the network prefix in canonical form, IPv4 (\"10.0.0.0/24\") or IPv6 (\"fd00:1::/64\"). The host bits must be zero and the prefix must leave room for a gateway (at most /30 for IPv4, /126 for IPv6). Immutable once set.",
-							Default:     "",
+							Description: "CIDR is the network prefix in canonical form, IPv4 (\"10.0.0.0/24\") or IPv6 (\"fd00:1::/64\"). The host bits must be zero and the prefix must leave room for a gateway (at most /30 for IPv4, /126 for IPv6). No two Networks may overlap. Required unless prefixLength is set, in which case the server allocates a free prefix from its pools. Immutable once set.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -224,8 +223,14 @@ func schema_pkg_apis_samplecrd_v1_NetworkSpec(ref common.ReferenceCallback) comm
 							Format:      "",
 						},
 					},
+					"prefixLength": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PrefixLength asks the server to allocate a free prefix of this length (for example 24) from its pools when cidr is empty. When cidr is set, it must equal cidr's prefix length.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
-				Required: []string{"cidr"},
 			},
 		},
 	}
@@ -385,8 +390,7 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkSpec(ref common.ReferenceCallback)
 				Properties: map[string]spec.Schema{
 					"subnet": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Subnet is the network prefix in canonical form (v1: spec.cidr). Immutable once set.",
-							Default:     "",
+							Description: "Subnet is the network prefix in canonical form (v1: spec.cidr). Required unless prefixLength is set. Immutable once set.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -398,8 +402,14 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkSpec(ref common.ReferenceCallback)
 							Format:      "",
 						},
 					},
+					"prefixLength": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PrefixLength asks the server to allocate a free prefix of this length from its pools when subnet is empty; when subnet is set it must equal subnet's prefix length.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
-				Required: []string{"subnet"},
 			},
 		},
 	}

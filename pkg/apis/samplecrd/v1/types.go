@@ -25,14 +25,20 @@ type Network struct {
 type NetworkSpec struct {
 	// CIDR is the network prefix in canonical form, IPv4 ("10.0.0.0/24") or IPv6
 	// ("fd00:1::/64"). The host bits must be zero and the prefix must leave room for a gateway
-	// (at most /30 for IPv4, /126 for IPv6). Immutable once set.
-	// +required
-	CIDR string `json:"cidr" protobuf:"bytes,1,opt,name=cidr"`
+	// (at most /30 for IPv4, /126 for IPv6). No two Networks may overlap. Required unless
+	// prefixLength is set, in which case the server allocates a free prefix from its pools.
+	// Immutable once set.
+	// +optional
+	CIDR string `json:"cidr,omitempty" protobuf:"bytes,1,opt,name=cidr"`
 	// Gateway is the address of the network's gateway: an address of the same family inside
 	// CIDR, neither the network address nor the IPv4 broadcast address. Defaults to the first
 	// usable address of CIDR.
 	// +optional
 	Gateway string `json:"gateway,omitempty" protobuf:"bytes,2,opt,name=gateway"`
+	// PrefixLength asks the server to allocate a free prefix of this length (for example 24)
+	// from its pools when cidr is empty. When cidr is set, it must equal cidr's prefix length.
+	// +optional
+	PrefixLength int32 `json:"prefixLength,omitempty" protobuf:"varint,3,opt,name=prefixLength"`
 }
 
 // NetworkStatus is the observed state of a Network.

@@ -10,6 +10,7 @@ import (
 func Convert_v1beta1_NetworkSpec_To_samplecrd_NetworkSpec(in *NetworkSpec, out *samplecrd.NetworkSpec, s conversion.Scope) error {
 	out.CIDR = in.Subnet
 	out.Gateway = in.GatewayIP
+	out.PrefixLength = in.PrefixLength
 	return nil
 }
 
@@ -17,5 +18,6 @@ func Convert_v1beta1_NetworkSpec_To_samplecrd_NetworkSpec(in *NetworkSpec, out *
 func Convert_samplecrd_NetworkSpec_To_v1beta1_NetworkSpec(in *samplecrd.NetworkSpec, out *NetworkSpec, s conversion.Scope) error {
 	out.Subnet = in.CIDR
 	out.GatewayIP = in.Gateway
+	out.PrefixLength = in.PrefixLength
 	return nil
 }

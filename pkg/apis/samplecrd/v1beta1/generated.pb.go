@@ -159,6 +159,9 @@ func (m *NetworkSpec) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i = encodeVarintGenerated(dAtA, i, uint64(m.PrefixLength))
+	i--
+	dAtA[i] = 0x18
 	i -= len(m.GatewayIP)
 	copy(dAtA[i:], m.GatewayIP)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.GatewayIP)))
@@ -265,6 +268,7 @@ func (m *NetworkSpec) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.GatewayIP)
 	n += 1 + l + sovGenerated(uint64(l))
+	n += 1 + sovGenerated(uint64(m.PrefixLength))
 	return n
 }
 
@@ -325,6 +329,7 @@ func (this *NetworkSpec) String() string {
 	s := strings.Join([]string{`&NetworkSpec{`,
 		`Subnet:` + fmt.Sprintf("%v", this.Subnet) + `,`,
 		`GatewayIP:` + fmt.Sprintf("%v", this.GatewayIP) + `,`,
+		`PrefixLength:` + fmt.Sprintf("%v", this.PrefixLength) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -712,6 +717,25 @@ func (m *NetworkSpec) Unmarshal(dAtA []byte) error {
 			}
 			m.GatewayIP = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field PrefixLength", wireType)
+			}
+			m.PrefixLength = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.PrefixLength |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

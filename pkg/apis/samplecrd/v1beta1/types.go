@@ -22,13 +22,18 @@ type Network struct {
 
 // NetworkSpec is the desired state of a Network in the v1beta1 layout.
 type NetworkSpec struct {
-	// Subnet is the network prefix in canonical form (v1: spec.cidr). Immutable once set.
-	// +required
-	Subnet string `json:"subnet" protobuf:"bytes,1,opt,name=subnet"`
+	// Subnet is the network prefix in canonical form (v1: spec.cidr). Required unless
+	// prefixLength is set. Immutable once set.
+	// +optional
+	Subnet string `json:"subnet,omitempty" protobuf:"bytes,1,opt,name=subnet"`
 	// GatewayIP is the gateway address inside Subnet (v1: spec.gateway). Defaults to the first
 	// usable address of Subnet.
 	// +optional
 	GatewayIP string `json:"gatewayIP,omitempty" protobuf:"bytes,2,opt,name=gatewayIP"`
+	// PrefixLength asks the server to allocate a free prefix of this length from its pools
+	// when subnet is empty; when subnet is set it must equal subnet's prefix length.
+	// +optional
+	PrefixLength int32 `json:"prefixLength,omitempty" protobuf:"varint,3,opt,name=prefixLength"`
 }
 
 // NetworkStatus is the observed state of a Network.

@@ -156,12 +156,14 @@ func Convert_samplecrd_NetworkList_To_v1beta1_NetworkList(in *samplecrd.NetworkL
 func autoConvert_v1beta1_NetworkSpec_To_samplecrd_NetworkSpec(in *NetworkSpec, out *samplecrd.NetworkSpec, s conversion.Scope) error {
 	// WARNING: in.Subnet requires manual conversion: does not exist in peer-type
 	// WARNING: in.GatewayIP requires manual conversion: does not exist in peer-type
+	out.PrefixLength = in.PrefixLength
 	return nil
 }
 
 func autoConvert_samplecrd_NetworkSpec_To_v1beta1_NetworkSpec(in *samplecrd.NetworkSpec, out *NetworkSpec, s conversion.Scope) error {
 	// WARNING: in.CIDR requires manual conversion: does not exist in peer-type
 	// WARNING: in.Gateway requires manual conversion: does not exist in peer-type
+	out.PrefixLength = in.PrefixLength
 	return nil
 }
 

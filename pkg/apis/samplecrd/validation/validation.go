@@ -52,13 +52,24 @@ func ValidateNetworkSpec(spec *samplecrd.NetworkSpec, path *field.Path) field.Er
 	if spec.Gateway != "" {
 		allErrs = append(allErrs, validateGateway(spec.Gateway, prefix, path.Child("gateway"))...)
 	}
+	if spec.PrefixLength != 0 {
+		lengthPath := path.Child("prefixLength")
+		switch {
+		case spec.PrefixLength < 1 || spec.PrefixLength > maxIPv6PrefixBits:
+			allErrs = append(allErrs, field.Invalid(lengthPath, spec.PrefixLength,
+				fmt.Sprintf("must be between 1 and %d (at most %d for IPv4)", maxIPv6PrefixBits, maxIPv4PrefixBits)))
+		case prefix.IsValid() && int(spec.PrefixLength) != prefix.Bits():
+			allErrs = append(allErrs, field.Invalid(lengthPath, spec.PrefixLength,
+				fmt.Sprintf("must equal the length of spec.cidr %s", prefix)))
+		}
+	}
 	return allErrs
 }
 
 // validateCIDR returns the parsed prefix when it is valid, and the zero prefix otherwise.
 func validateCIDR(cidr string, path *field.Path) (netip.Prefix, field.ErrorList) {
 	if cidr == "" {
-		return netip.Prefix{}, field.ErrorList{field.Required(path, "a prefix such as 10.0.0.0/24 or fd00:1::/64")}
+		return netip.Prefix{}, field.ErrorList{field.Required(path, "a prefix such as 10.0.0.0/24 or fd00:1::/64, or spec.prefixLength to have one allocated")}
 	}
 	p, err := netip.ParsePrefix(cidr)
 	if err != nil {

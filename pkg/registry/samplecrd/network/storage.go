@@ -26,8 +26,9 @@ type StatusREST struct {
 	store *genericregistry.Store
 }
 
-// NewStorage returns the storage of networks and of networks/status.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*REST, *StatusREST, error) {
+// NewStorage returns the storage of networks and of networks/status. With allocations, creates
+// and deletes keep the no-overlap guarantee; without (unit tests only) overlaps go unchecked.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, allocations *Allocations) (*REST, *StatusREST, error) {
 	strategy := NewStrategy(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &samplecrd.Network{} },
@@ -40,6 +41,10 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*
 		DeleteStrategy:            strategy,
 		ResetFieldsStrategy:       strategy.(rest.ResetFieldsStrategy),
 		TableConvertor:            tableConvertor{},
+	}
+	if allocations != nil {
+		store.BeginCreate = allocations.beginCreate
+		store.AfterDelete = allocations.afterDelete
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, nil, err

@@ -25,12 +25,17 @@ package v1
 type NetworkSpecApplyConfiguration struct {
 	// CIDR is the network prefix in canonical form, IPv4 ("10.0.0.0/24") or IPv6
 	// ("fd00:1::/64"). The host bits must be zero and the prefix must leave room for a gateway
-	// (at most /30 for IPv4, /126 for IPv6). Immutable once set.
+	// (at most /30 for IPv4, /126 for IPv6). No two Networks may overlap. Required unless
+	// prefixLength is set, in which case the server allocates a free prefix from its pools.
+	// Immutable once set.
 	CIDR *string `json:"cidr,omitempty"`
 	// Gateway is the address of the network's gateway: an address of the same family inside
 	// CIDR, neither the network address nor the IPv4 broadcast address. Defaults to the first
 	// usable address of CIDR.
 	Gateway *string `json:"gateway,omitempty"`
+	// PrefixLength asks the server to allocate a free prefix of this length (for example 24)
+	// from its pools when cidr is empty. When cidr is set, it must equal cidr's prefix length.
+	PrefixLength *int32 `json:"prefixLength,omitempty"`
 }
 
 // NetworkSpecApplyConfiguration constructs a declarative configuration of the NetworkSpec type for use with
@@ -52,5 +57,13 @@ func (b *NetworkSpecApplyConfiguration) WithCIDR(value string) *NetworkSpecApply
 // If called multiple times, the Gateway field is set to the value of the last call.
 func (b *NetworkSpecApplyConfiguration) WithGateway(value string) *NetworkSpecApplyConfiguration {
 	b.Gateway = &value
+	return b
+}
+
+// WithPrefixLength sets the PrefixLength field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PrefixLength field is set to the value of the last call.
+func (b *NetworkSpecApplyConfiguration) WithPrefixLength(value int32) *NetworkSpecApplyConfiguration {
+	b.PrefixLength = &value
 	return b
 }

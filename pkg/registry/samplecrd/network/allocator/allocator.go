@@ -220,6 +220,19 @@ func (a *Allocator) Allocate(ctx context.Context, scope string, pool netip.Prefi
 	return netip.Prefix{}, fmt.Errorf("allocating a /%d from %s: gave up after %d attempts lost to concurrent claims", bits, pool, maxAttempts)
 }
 
+// Peek returns a free /bits of pool without claiming it (for dry runs).
+func (a *Allocator) Peek(ctx context.Context, scope string, pool netip.Prefix, bits int) (netip.Prefix, error) {
+	pool = pool.Masked()
+	free, err := a.freeBlocks(ctx, scope, pool, bits, 1)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if len(free) == 0 || bits < pool.Bits() {
+		return netip.Prefix{}, &ExhaustedError{Pool: pool, Bits: bits}
+	}
+	return free[0], nil
+}
+
 // freeBlocks returns up to limit free aligned /bits blocks of pool, lowest first.
 func (a *Allocator) freeBlocks(ctx context.Context, scope string, pool netip.Prefix, bits, limit int) ([]netip.Prefix, error) {
 	family := a.familyPrefix(scope, pool)

@@ -1,0 +1,88 @@
+// Package fuzzer holds the randfill functions that produce samplecrd.k8s.io objects for the
+// round-trip tests (k8s.io/apimachinery/pkg/api/apitesting/roundtrip).
+//
+// A plain randfill would already fill every field of the internal types, but only with random
+// strings. These functions mix in the values a real server holds (canonical IPv4 and IPv6
+// prefixes, defaulted or explicit gateways, a Ready condition) so that the round trip also covers
+// realistic objects, while still producing arbitrary strings: conversion must not depend on
+// validity.
+package fuzzer
+
+import (
+	"net/netip"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeserializer "k8s.io/apimachinery/pkg/runtime/serializer"
+	"sigs.k8s.io/randfill"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+)
+
+// Funcs returns the fuzzer functions for the internal samplecrd.k8s.io types, in the form
+// k8s.io/apimachinery/pkg/api/apitesting/fuzzer.FuzzerFuncs expects.
+func Funcs(_ runtimeserializer.CodecFactory) []interface{} {
+	return []interface{}{
+		fillNetworkSpec,
+		fillNetworkStatus,
+	}
+}
+
+func fillNetworkSpec(s *samplecrd.NetworkSpec, c randfill.Continue) {
+	switch c.Intn(4) {
+	case 0:
+		// Arbitrary strings, valid or not.
+		c.FillNoCustom(s)
+		return
+	case 1:
+		s.CIDR = randomPrefix(c, false).String()
+	case 2:
+		s.CIDR = randomPrefix(c, true).String()
+	default:
+		s.CIDR = ""
+	}
+	switch c.Intn(3) {
+	case 0:
+		s.Gateway = ""
+	case 1:
+		s.Gateway = samplecrd.DefaultGateway(s.CIDR)
+	default:
+		s.Gateway = c.String(0)
+	}
+}
+
+// randomPrefix returns a random canonical prefix that leaves room for a gateway.
+func randomPrefix(c randfill.Continue, ipv6 bool) netip.Prefix {
+	var addr netip.Addr
+	var maxBits int
+	if ipv6 {
+		var b [16]byte
+		for i := range b {
+			b[i] = byte(c.Intn(256))
+		}
+		addr, maxBits = netip.AddrFrom16(b), 126
+	} else {
+		var b [4]byte
+		for i := range b {
+			b[i] = byte(c.Intn(256))
+		}
+		addr, maxBits = netip.AddrFrom4(b), 30
+	}
+	return netip.PrefixFrom(addr, c.Intn(maxBits+1)).Masked()
+}
+
+func fillNetworkStatus(s *samplecrd.NetworkStatus, c randfill.Continue) {
+	c.FillNoCustom(s)
+	if c.Intn(2) == 0 {
+		return
+	}
+	statuses := []metav1.ConditionStatus{metav1.ConditionTrue, metav1.ConditionFalse, metav1.ConditionUnknown}
+	ready := metav1.Condition{
+		Type:               samplecrd.ConditionReady,
+		Status:             statuses[c.Intn(len(statuses))],
+		ObservedGeneration: s.ObservedGeneration,
+		Reason:             "Realised",
+		Message:            c.String(0),
+	}
+	c.Fill(&ready.LastTransitionTime)
+	s.Conditions = append(s.Conditions, ready)
+}

@@ -1,0 +1,72 @@
+package server
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
+)
+
+// Overlap scopes accepted by --overlap-scope.
+const (
+	OverlapScopeCluster   = "cluster"
+	OverlapScopeNamespace = "namespace"
+)
+
+// DefaultNetworkPools are where prefixes for spec.prefixLength come from unless --network-pool is given.
+var DefaultNetworkPools = []string{"10.64.0.0/10", "fd00:64::/32"}
+
+func parsePools(pools []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range pools {
+		p, err := netip.ParsePrefix(s)
+		if err != nil || p.Masked() != p {
+			return nil, fmt.Errorf("--network-pool %q is not a canonical prefix such as 10.64.0.0/10", s)
+		}
+		for _, q := range out {
+			if q.Overlaps(p) {
+				return nil, fmt.Errorf("--network-pool %s overlaps %s", p, q)
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// newEtcdClient connects to the etcd servers of the storage configuration, with its TLS files.
+func newEtcdClient(c storagebackend.TransportConfig) (*clientv3.Client, error) {
+	cfg := clientv3.Config{Endpoints: c.ServerList, DialTimeout: 20 * time.Second}
+	if c.CertFile != "" || c.KeyFile != "" || c.TrustedCAFile != "" {
+		tlsInfo := transport.TLSInfo{CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.TrustedCAFile}
+		tlsConfig, err := tlsInfo.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("etcd TLS: %w", err)
+		}
+		cfg.TLS = tlsConfig
+	}
+	return clientv3.New(cfg)
+}
+
+// allocations builds the no-overlap guarantee over the storage's etcd.
+func (o *Options) allocations() (*network.Allocations, *clientv3.Client, error) {
+	pools, err := parsePools(o.NetworkPools)
+	if err != nil {
+		return nil, nil, err
+	}
+	storage := o.Recommended.Etcd.StorageConfig
+	client, err := newEtcdClient(storage.Transport)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &network.Allocations{
+		Allocator:    allocator.New(client, storage.Prefix+"/allocations"),
+		PerNamespace: o.OverlapScope == OverlapScopeNamespace,
+		Pools:        pools,
+	}, client, nil
+}

@@ -1,0 +1,424 @@
+package network
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/install"
+)
+
+func testScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	install.Install(scheme)
+	return scheme
+}
+
+func readyCondition(status metav1.ConditionStatus, reason string) metav1.Condition {
+	return metav1.Condition{
+		Type:               samplecrd.ConditionReady,
+		Status:             status,
+		ObservedGeneration: 3,
+		LastTransitionTime: metav1.NewTime(time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)),
+		Reason:             reason,
+	}
+}
+
+// storedNetwork is a Network as it sits in storage: defaulted, generation 3, with a status.
+func storedNetwork() *samplecrd.Network {
+	return &samplecrd.Network{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "net1", Namespace: "default", ResourceVersion: "10", Generation: 3, UID: "uid-1",
+			CreationTimestamp: metav1.NewTime(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)),
+			Labels:            map[string]string{"team": "a"},
+			Annotations:       map[string]string{"note": "x"},
+		},
+		Spec: samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.1"},
+		Status: samplecrd.NetworkStatus{
+			ObservedGeneration: 3,
+			Conditions:         []metav1.Condition{readyCondition(metav1.ConditionTrue, "Realised")},
+		},
+	}
+}
+
+func TestStrategyBasics(t *testing.T) {
+	ctx := context.Background()
+	s := NewStrategy(testScheme())
+	if !s.NamespaceScoped() {
+		t.Error("NamespaceScoped() = false, want true")
+	}
+	if s.AllowCreateOnUpdate(ctx) {
+		t.Error("AllowCreateOnUpdate() = true, want false")
+	}
+	if !s.AllowUnconditionalUpdate(ctx) {
+		t.Error("AllowUnconditionalUpdate() = false, want true")
+	}
+	if !NewStatusStrategy(testScheme()).NamespaceScoped() {
+		t.Error("status strategy NamespaceScoped() = false, want true")
+	}
+}
+
+func TestPrepareForCreate(t *testing.T) {
+	tests := []struct {
+		name        string
+		spec        samplecrd.NetworkSpec
+		wantGateway string
+	}{
+		{"IPv4 gateway defaulted", samplecrd.NetworkSpec{CIDR: "10.0.0.0/24"}, "10.0.0.1"},
+		{"IPv6 gateway defaulted", samplecrd.NetworkSpec{CIDR: "fd00:1::/64"}, "fd00:1::1"},
+		{"explicit gateway kept", samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.254"}, "10.0.0.254"},
+		{"no default for an invalid cidr", samplecrd.NetworkSpec{CIDR: "garbage"}, ""},
+		{"no default without cidr", samplecrd.NetworkSpec{}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &samplecrd.Network{
+				ObjectMeta: metav1.ObjectMeta{Name: "net1", Namespace: "default", Generation: 9},
+				Spec:       tc.spec,
+				Status: samplecrd.NetworkStatus{
+					ObservedGeneration: 9,
+					Conditions:         []metav1.Condition{readyCondition(metav1.ConditionTrue, "Forged")},
+				},
+			}
+			NewStrategy(testScheme()).PrepareForCreate(context.Background(), n)
+
+			if !reflect.DeepEqual(n.Status, samplecrd.NetworkStatus{}) {
+				t.Errorf("status = %+v, want it reset", n.Status)
+			}
+			if n.Generation != 1 {
+				t.Errorf("generation = %d, want 1", n.Generation)
+			}
+			if n.Spec.CIDR != tc.spec.CIDR {
+				t.Errorf("cidr = %q, want %q unchanged", n.Spec.CIDR, tc.spec.CIDR)
+			}
+			if n.Spec.Gateway != tc.wantGateway {
+				t.Errorf("gateway = %q, want %q", n.Spec.Gateway, tc.wantGateway)
+			}
+		})
+	}
+}
+
+func TestPrepareForUpdate(t *testing.T) {
+	tests := []struct {
+		name           string
+		update         func(n *samplecrd.Network)
+		wantSpec       samplecrd.NetworkSpec
+		wantGeneration int64
+	}{
+		{
+			name:           "no change",
+			update:         func(*samplecrd.Network) {},
+			wantSpec:       samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.1"},
+			wantGeneration: 3,
+		},
+		{
+			name:           "metadata change only",
+			update:         func(n *samplecrd.Network) { n.Labels = map[string]string{"team": "b"} },
+			wantSpec:       samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.1"},
+			wantGeneration: 3,
+		},
+		{
+			name:           "gateway changed",
+			update:         func(n *samplecrd.Network) { n.Spec.Gateway = "10.0.0.254" },
+			wantSpec:       samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.254"},
+			wantGeneration: 4,
+		},
+		{
+			name:           "cidr changed (validation rejects it later)",
+			update:         func(n *samplecrd.Network) { n.Spec.CIDR = "10.0.1.0/24" },
+			wantSpec:       samplecrd.NetworkSpec{CIDR: "10.0.1.0/24", Gateway: "10.0.0.1"},
+			wantGeneration: 4,
+		},
+		{
+			name:           "defaulted gateway emptied: re-defaulted to the same value",
+			update:         func(n *samplecrd.Network) { n.Spec.Gateway = "" },
+			wantSpec:       samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.1"},
+			wantGeneration: 3,
+		},
+		{
+			name: "status sent with the main resource is ignored",
+			update: func(n *samplecrd.Network) {
+				n.Status = samplecrd.NetworkStatus{ObservedGeneration: 42}
+			},
+			wantSpec:       samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.1"},
+			wantGeneration: 3,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			old := storedNetwork()
+			n := old.DeepCopy()
+			tc.update(n)
+			NewStrategy(testScheme()).PrepareForUpdate(context.Background(), n, old)
+
+			if n.Spec != tc.wantSpec {
+				t.Errorf("spec = %+v, want %+v", n.Spec, tc.wantSpec)
+			}
+			if n.Generation != tc.wantGeneration {
+				t.Errorf("generation = %d, want %d", n.Generation, tc.wantGeneration)
+			}
+			if !reflect.DeepEqual(n.Status, storedNetwork().Status) {
+				t.Errorf("status = %+v, want the stored status %+v", n.Status, storedNetwork().Status)
+			}
+			if !reflect.DeepEqual(old, storedNetwork()) {
+				t.Errorf("PrepareForUpdate modified the old object: %+v", old)
+			}
+		})
+	}
+}
+
+func TestPrepareForUpdateRedefaultsCustomGateway(t *testing.T) {
+	old := storedNetwork()
+	old.Spec.Gateway = "10.0.0.254"
+	n := old.DeepCopy()
+	n.Spec.Gateway = ""
+	NewStrategy(testScheme()).PrepareForUpdate(context.Background(), n, old)
+	if n.Spec.Gateway != "10.0.0.1" {
+		t.Errorf("gateway = %q, want it defaulted to 10.0.0.1", n.Spec.Gateway)
+	}
+	if n.Generation != old.Generation+1 {
+		t.Errorf("generation = %d, want %d: the effective spec changed", n.Generation, old.Generation+1)
+	}
+}
+
+func TestStatusStrategyPrepareForUpdate(t *testing.T) {
+	old := storedNetwork()
+	n := old.DeepCopy()
+	n.Spec = samplecrd.NetworkSpec{CIDR: "192.168.0.0/16", Gateway: "192.168.0.1"}
+	n.Labels = map[string]string{"team": "b"}
+	n.Annotations = nil
+	n.Finalizers = []string{"example.com/keep"}
+	n.Generation = 100
+	newStatus := samplecrd.NetworkStatus{
+		ObservedGeneration: 3,
+		Conditions:         []metav1.Condition{readyCondition(metav1.ConditionFalse, "BridgeMissing")},
+	}
+	n.Status = newStatus
+
+	NewStatusStrategy(testScheme()).PrepareForUpdate(context.Background(), n, old)
+
+	if n.Spec != old.Spec {
+		t.Errorf("spec = %+v, want the stored spec %+v", n.Spec, old.Spec)
+	}
+	if !reflect.DeepEqual(n.Labels, old.Labels) {
+		t.Errorf("labels = %v, want the stored labels %v", n.Labels, old.Labels)
+	}
+	if !reflect.DeepEqual(n.Annotations, old.Annotations) {
+		t.Errorf("annotations = %v, want the stored annotations %v", n.Annotations, old.Annotations)
+	}
+	if len(n.Finalizers) != 0 {
+		t.Errorf("finalizers = %v, want the stored (none)", n.Finalizers)
+	}
+	if n.Generation != old.Generation {
+		t.Errorf("generation = %d, want %d: a status write never bumps it", n.Generation, old.Generation)
+	}
+	if !reflect.DeepEqual(n.Status, newStatus) {
+		t.Errorf("status = %+v, want the written status %+v", n.Status, newStatus)
+	}
+}
+
+func TestGetResetFields(t *testing.T) {
+	versions := []fieldpath.APIVersion{"samplecrd.k8s.io/v1", "samplecrd.k8s.io/v1beta1"}
+	tests := []struct {
+		name     string
+		strategy rest.ResetFieldsStrategy
+		want     *fieldpath.Set
+	}{
+		{"main resource resets status", NewStrategy(testScheme()).(rest.ResetFieldsStrategy), fieldpath.NewSet(fieldpath.MakePathOrDie("status"))},
+		{"status subresource resets spec", NewStatusStrategy(testScheme()).(rest.ResetFieldsStrategy), fieldpath.NewSet(fieldpath.MakePathOrDie("spec"))},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.strategy.GetResetFields()
+			if len(got) != len(versions) {
+				t.Fatalf("reset fields for %d versions, want %d: %v", len(got), len(versions), got)
+			}
+			for _, v := range versions {
+				set, ok := got[v]
+				if !ok {
+					t.Errorf("no reset fields for %s", v)
+					continue
+				}
+				if !set.Equals(tc.want) {
+					t.Errorf("reset fields for %s = %v, want %v", v, set, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestStrategyValidation(t *testing.T) {
+	ctx := context.Background()
+	s := NewStrategy(testScheme())
+	status := NewStatusStrategy(testScheme())
+
+	bad := storedNetwork()
+	bad.Spec.Gateway = "10.0.0.255"
+	if errs := s.Validate(ctx, bad); len(errs) != 1 || errs[0].Field != "spec.gateway" {
+		t.Errorf("Validate = %v, want one error at spec.gateway", errs)
+	}
+
+	old := storedNetwork()
+	changed := old.DeepCopy()
+	changed.Spec = samplecrd.NetworkSpec{CIDR: "10.0.1.0/24", Gateway: "10.0.1.1"}
+	if errs := s.ValidateUpdate(ctx, changed, old); len(errs) != 1 || errs[0].Field != "spec.cidr" || errs[0].Type != field.ErrorTypeInvalid {
+		t.Errorf("ValidateUpdate = %v, want one Invalid error at spec.cidr", errs)
+	}
+
+	// The status strategy validates status, not spec (its PrepareForUpdate restores the stored spec).
+	statusWrite := old.DeepCopy()
+	statusWrite.Spec.CIDR = "garbage"
+	statusWrite.Status.ObservedGeneration = -1
+	if errs := status.ValidateUpdate(ctx, statusWrite, old); len(errs) != 1 || errs[0].Field != "status.observedGeneration" {
+		t.Errorf("status ValidateUpdate = %v, want one error at status.observedGeneration", errs)
+	}
+}
+
+func newCreateRequest() (context.Context, *samplecrd.Network) {
+	ctx := genericapirequest.WithNamespace(genericapirequest.NewContext(), "default")
+	n := &samplecrd.Network{ObjectMeta: metav1.ObjectMeta{Name: "net1", Namespace: "default"}}
+	rest.FillObjectMetaSystemFields(n)
+	return ctx, n
+}
+
+// TestBeforeCreate drives the strategy through the generic create path the store uses.
+func TestBeforeCreate(t *testing.T) {
+	s := NewStrategy(testScheme())
+
+	ctx, n := newCreateRequest()
+	n.Spec.CIDR = "fd00:1::/64"
+	if err := rest.BeforeCreate(s, ctx, n); err != nil {
+		t.Fatalf("BeforeCreate: %v", err)
+	}
+	if n.Spec.Gateway != "fd00:1::1" || n.Generation != 1 {
+		t.Errorf("created spec %+v generation %d, want gateway fd00:1::1 and generation 1", n.Spec, n.Generation)
+	}
+
+	// A prefix without room for a gateway is reported once, at spec.cidr: defaulting must not
+	// invent a gateway (such as "invalid IP" after 255.255.255.255) that then fails validation too.
+	for _, cidr := range []string{"10.0.0.0/32", "255.255.255.255/32", "fd00::/128", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"} {
+		ctx, n := newCreateRequest()
+		n.Spec.CIDR = cidr
+		err := rest.BeforeCreate(s, ctx, n)
+		if !apierrors.IsInvalid(err) {
+			t.Errorf("%s: BeforeCreate = %v, want an Invalid error", cidr, err)
+			continue
+		}
+		causes := err.(apierrors.APIStatus).Status().Details.Causes
+		if len(causes) != 1 || causes[0].Field != "spec.cidr" {
+			t.Errorf("%s: causes = %+v, want exactly one at spec.cidr", cidr, causes)
+		}
+	}
+}
+
+// TestBeforeUpdate checks that the generic update path (which resets the generation to the stored
+// one before PrepareForUpdate) bumps it only for a spec change.
+func TestBeforeUpdate(t *testing.T) {
+	s := NewStrategy(testScheme())
+	ctx := genericapirequest.WithNamespace(genericapirequest.NewContext(), "default")
+
+	old := storedNetwork()
+	n := old.DeepCopy()
+	n.Generation = 50 // clients cannot set the generation
+	n.Labels = map[string]string{"team": "b"}
+	if err := rest.BeforeUpdate(s, ctx, n, old); err != nil {
+		t.Fatalf("BeforeUpdate: %v", err)
+	}
+	if n.Generation != 3 {
+		t.Errorf("generation = %d after a label change, want 3", n.Generation)
+	}
+
+	n = old.DeepCopy()
+	n.Spec.Gateway = "10.0.0.2"
+	if err := rest.BeforeUpdate(s, ctx, n, old); err != nil {
+		t.Fatalf("BeforeUpdate: %v", err)
+	}
+	if n.Generation != 4 {
+		t.Errorf("generation = %d after a gateway change, want 4", n.Generation)
+	}
+
+	n = old.DeepCopy()
+	n.Spec = samplecrd.NetworkSpec{CIDR: "10.0.1.0/24"}
+	err := rest.BeforeUpdate(s, ctx, n, old)
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("BeforeUpdate with a new cidr = %v, want an Invalid error", err)
+	}
+	causes := err.(apierrors.APIStatus).Status().Details.Causes
+	if len(causes) != 1 || causes[0].Field != "spec.cidr" {
+		t.Errorf("causes = %+v, want exactly one at spec.cidr", causes)
+	}
+}
+
+func TestSelectableFieldsAndGetAttrs(t *testing.T) {
+	n := storedNetwork()
+	want := fields.Set{
+		"metadata.name":      "net1",
+		"metadata.namespace": "default",
+		"spec.cidr":          "10.0.0.0/24",
+		"spec.gateway":       "10.0.0.1",
+	}
+	if got := SelectableFields(n); !reflect.DeepEqual(got, want) {
+		t.Errorf("SelectableFields = %v, want %v", got, want)
+	}
+
+	ls, fs, err := GetAttrs(n)
+	if err != nil {
+		t.Fatalf("GetAttrs: %v", err)
+	}
+	if !reflect.DeepEqual(ls, labels.Set{"team": "a"}) {
+		t.Errorf("labels = %v, want team=a", ls)
+	}
+	if !reflect.DeepEqual(fs, want) {
+		t.Errorf("fields = %v, want %v", fs, want)
+	}
+
+	if _, _, err := GetAttrs(&samplecrd.NetworkList{}); err == nil {
+		t.Error("GetAttrs(NetworkList) succeeded, want an error")
+	}
+}
+
+func TestMatch(t *testing.T) {
+	n := storedNetwork()
+	tests := []struct {
+		label, field string
+		want         bool
+	}{
+		{"", "", true},
+		{"team=a", "", true},
+		{"team=b", "", false},
+		{"", "spec.cidr=10.0.0.0/24", true},
+		{"", "spec.cidr=10.0.1.0/24", false},
+		{"", "spec.gateway=10.0.0.1,metadata.name=net1", true},
+		{"team=a", "metadata.namespace=other", false},
+	}
+	for _, tc := range tests {
+		ls, err := labels.Parse(tc.label)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs, err := fields.ParseSelector(tc.field)
+		if err != nil {
+			t.Fatal(err)
+		}
+		predicate := Match(ls, fs)
+		got, err := predicate.Matches(n)
+		if err != nil {
+			t.Fatalf("Matches(%q, %q): %v", tc.label, tc.field, err)
+		}
+		if got != tc.want {
+			t.Errorf("Matches(%q, %q) = %v, want %v", tc.label, tc.field, got, tc.want)
+		}
+	}
+}
