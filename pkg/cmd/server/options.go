@@ -43,11 +43,17 @@ type Options struct {
 	OverlapScope string
 	// NetworkPools are the prefixes spec.prefixLength allocates from, in order.
 	NetworkPools []string
+	// TemplateFile is the network template file; standalone mode's template source.
+	TemplateFile string
+	// TemplateNamespace is where the network-template ConfigMap is read from in attached mode.
+	TemplateNamespace string
 	// Standalone is decided by Complete: true when no core Kubernetes API is configured.
 	Standalone bool
 
 	Out io.Writer
 
+	// admission is the admission options kept aside in standalone mode, where only our plugins run.
+	admission *genericoptions.AdmissionOptions
 	// etcdClients are closed when Run returns.
 	etcdClients []io.Closer
 }
@@ -63,6 +69,8 @@ func NewOptions(out io.Writer) *Options {
 		Out:          out,
 	}
 	o.Recommended.Etcd.DefaultStorageMediaType = runtime.ContentTypeProtobuf
+	registerAdmissionPlugins(o.Recommended.Admission)
+	o.Recommended.ExtraAdmissionInitializers = o.admissionInitializers
 	o.Recommended.SecureServing.BindPort = 8443
 	o.Recommended.SecureServing.ServerCert.CertDirectory = ""
 	return o
@@ -75,6 +83,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Directory for the embedded etcd's data, the generated serving certificate, and (standalone) the admin token and kubeconfig.")
 	fs.IntVar(&o.EmbeddedEtcdPort, "embedded-etcd-port", o.EmbeddedEtcdPort,
 		"Loopback client port of the embedded etcd started when --etcd-servers is empty; 0 picks a free port.")
+	fs.StringVar(&o.TemplateFile, "network-template-file", o.TemplateFile,
+		"YAML file holding the network template (labels, annotations, spec fields merged into every new Network); re-read when it changes. "+
+			"Without it, attached mode reads the ConfigMap network-template (key template) in --template-namespace.")
+	fs.StringVar(&o.TemplateNamespace, "template-namespace", o.TemplateNamespace,
+		"Namespace of the network-template ConfigMap; default the pod's namespace, else network-apiserver.")
 	fs.StringVar(&o.OverlapScope, "overlap-scope", o.OverlapScope,
 		"Where no two Networks may overlap: \"cluster\" (all namespaces) or \"namespace\" (each namespace on its own).")
 	fs.StringSliceVar(&o.NetworkPools, "network-pool", o.NetworkPools,
@@ -110,7 +123,7 @@ func (o *Options) Complete() error {
 		o.Recommended.CoreAPI = nil
 		o.Recommended.Authentication = nil
 		o.Recommended.Authorization = nil
-		o.Recommended.Admission = nil
+		o.admission, o.Recommended.Admission = o.Recommended.Admission, nil
 		o.Recommended.Features.EnablePriorityAndFairness = false
 	}
 	return nil
@@ -128,6 +141,9 @@ func (o *Options) Validate() error {
 		defer func() { o.Recommended.Etcd = etcd }()
 	}
 	errs = append(errs, o.Recommended.Validate()...)
+	if o.admission != nil {
+		errs = append(errs, o.admission.Validate()...)
+	}
 	if o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("--data-dir must not be empty"))
 	}
@@ -181,6 +197,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 			return nil, fmt.Errorf("admin token: %w", err)
 		}
 		if err := applyStandaloneAuth(&config.Config, token); err != nil {
+			return nil, err
+		}
+		if err := o.standaloneAdmission(config); err != nil {
 			return nil, err
 		}
 		klog.InfoS("Standalone mode: no core Kubernetes API is configured, so delegated authentication and authorization, " +

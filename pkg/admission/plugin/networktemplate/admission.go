@@ -1,0 +1,185 @@
+// Package networktemplate is the NetworkTemplate mutating admission plugin: every new Network gets
+// the operator's template (labels, annotations, spec fields) merged in with a strategic merge
+// patch in which the user's own fields win. A broken template never blocks creates: it is
+// logged, counted in metrics, and Networks are admitted without it.
+package networktemplate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/validation"
+)
+
+// PluginName is the name to enable or disable the plugin with.
+const PluginName = "NetworkTemplate"
+
+const (
+	// OptOutAnnotation set to "false" on a Network keeps the template off it.
+	OptOutAnnotation = "samplecrd.k8s.io/template"
+	// AppliedAnnotation records the identity of the template applied to a Network.
+	AppliedAnnotation = "samplecrd.k8s.io/applied-template"
+)
+
+var (
+	templateErrors = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "network_template",
+		Name:           "errors_total",
+		Help:           "Creates admitted without the network template because the template was broken, by reason.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	templateBroken = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem:      "network_template",
+		Name:           "broken",
+		Help:           "1 while the network template last seen is broken, else 0.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	registerMetrics sync.Once
+)
+
+// Register registers the plugin.
+func Register(plugins *admission.Plugins) {
+	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) {
+		registerMetrics.Do(func() { legacyregistry.MustRegister(templateErrors, templateBroken) })
+		return &Plugin{Handler: admission.NewHandler(admission.Create)}, nil
+	})
+}
+
+// Plugin merges the template into new Networks.
+type Plugin struct {
+	*admission.Handler
+	source Source
+	scheme *runtime.Scheme
+
+	mu         sync.Mutex
+	lastLogged string
+}
+
+var _ admission.MutationInterface = &Plugin{}
+
+// SetTemplateSource is called by the initializer.
+func (p *Plugin) SetTemplateSource(s Source) { p.source = s }
+
+// SetScheme is called by the initializer; the scheme converts between internal and v1.
+func (p *Plugin) SetScheme(s *runtime.Scheme) { p.scheme = s }
+
+// ValidateInitialization checks that the initializer ran.
+func (p *Plugin) ValidateInitialization() error {
+	if p.source == nil || p.scheme == nil {
+		return errors.New("NetworkTemplate needs a template source and a scheme")
+	}
+	return nil
+}
+
+// Admit applies the template to a Network being created.
+func (p *Plugin) Admit(_ context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetResource().GroupResource() != samplecrd.Resource("networks") || a.GetSubresource() != "" {
+		return nil
+	}
+	n, ok := a.GetObject().(*samplecrd.Network)
+	if !ok || n.Annotations[OptOutAnnotation] == "false" {
+		return nil
+	}
+	tmpl, err := p.source.Load()
+	if err != nil {
+		p.broken("load", "", err)
+		return nil
+	}
+	if tmpl == nil {
+		p.healthy("")
+		return nil
+	}
+	merged, err := p.merge(n, tmpl)
+	if err != nil {
+		p.broken("merge", tmpl.Identity, err)
+		return nil
+	}
+	if added := newErrors(validateDefaulted(n), validateDefaulted(merged)); added.Len() > 0 {
+		p.broken("invalid", tmpl.Identity, fmt.Errorf("template %s would make Networks invalid: %v", tmpl.Identity, sets.List(added)))
+		return nil
+	}
+	if merged.Annotations == nil {
+		merged.Annotations = map[string]string{}
+	}
+	merged.Annotations[AppliedAnnotation] = tmpl.Identity
+	*n = *merged
+	p.healthy(tmpl.Identity)
+	return nil
+}
+
+// merge returns the template with n patched over it, so n's own fields win.
+func (p *Plugin) merge(n *samplecrd.Network, tmpl *Template) (*samplecrd.Network, error) {
+	external := &v1.Network{}
+	if err := p.scheme.Convert(n, external, nil); err != nil {
+		return nil, err
+	}
+	user, err := json.Marshal(external)
+	if err != nil {
+		return nil, err
+	}
+	mergedJSON, err := strategicpatch.StrategicMergePatch(tmpl.JSON, user, &v1.Network{})
+	if err != nil {
+		return nil, err
+	}
+	mergedExternal := &v1.Network{}
+	if err := json.Unmarshal(mergedJSON, mergedExternal); err != nil {
+		return nil, err
+	}
+	merged := &samplecrd.Network{}
+	if err := p.scheme.Convert(mergedExternal, merged, nil); err != nil {
+		return nil, err
+	}
+	merged.TypeMeta = n.TypeMeta
+	return merged, nil
+}
+
+// validateDefaulted validates a copy of n with the defaults the strategy will apply.
+func validateDefaulted(n *samplecrd.Network) sets.Set[string] {
+	c := n.DeepCopy()
+	if c.Spec.Gateway == "" {
+		c.Spec.Gateway = samplecrd.DefaultGateway(c.Spec.CIDR)
+	}
+	out := sets.New[string]()
+	for _, e := range validation.ValidateNetwork(c) {
+		out.Insert(e.Error())
+	}
+	return out
+}
+
+func newErrors(before, after sets.Set[string]) sets.Set[string] { return after.Difference(before) }
+
+// broken reports a template problem once per template version and counts every affected create.
+func (p *Plugin) broken(reason, identity string, err error) {
+	templateErrors.WithLabelValues(reason).Inc()
+	templateBroken.Set(1)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if key := reason + "|" + identity + "|" + err.Error(); key != p.lastLogged {
+		p.lastLogged = key
+		klog.ErrorS(err, "Network template is broken; admitting Networks without it", "reason", reason, "template", identity)
+	}
+}
+
+func (p *Plugin) healthy(identity string) {
+	templateBroken.Set(0)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.lastLogged != "" {
+		p.lastLogged = ""
+		klog.InfoS("Network template is usable again", "template", identity)
+	}
+}

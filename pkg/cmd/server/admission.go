@@ -1,0 +1,108 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/admission"
+	admissionmetrics "k8s.io/apiserver/pkg/admission/metrics"
+	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/samplecrd/network-apiserver/pkg/admission/networkinitializer"
+	"github.com/samplecrd/network-apiserver/pkg/admission/plugin/networktemplate"
+	"github.com/samplecrd/network-apiserver/pkg/apiserver"
+)
+
+// ourPlugins are the admission plugins of network-apiserver; they run in both modes.
+var ourPlugins = []string{networktemplate.PluginName}
+
+// registerAdmissionPlugins adds our plugins to the registry and to the recommended order: the
+// template right after NamespaceLifecycle, so webhooks and policies see the merged Network.
+func registerAdmissionPlugins(a *genericoptions.AdmissionOptions) {
+	networktemplate.Register(a.Plugins)
+	order := a.RecommendedPluginOrder
+	at := slices.Index(order, lifecycle.PluginName) + 1
+	a.RecommendedPluginOrder = slices.Insert(slices.Clone(order), at, ourPlugins...)
+}
+
+// ownNamespace is where the template ConfigMap lives: --template-namespace, else the pod's
+// namespace when running in a cluster.
+func (o *Options) ownNamespace() string {
+	if o.TemplateNamespace != "" {
+		return o.TemplateNamespace
+	}
+	if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return "network-apiserver"
+}
+
+// templateSource returns the file source when --network-template-file is set, else (attached) a
+// ConfigMap source whose informer is started by a post-start hook.
+func (o *Options) templateSource(c *genericapiserver.RecommendedConfig) (networktemplate.Source, error) {
+	if o.TemplateFile != "" || c.ClientConfig == nil {
+		return &networktemplate.FileSource{Path: o.TemplateFile}, nil
+	}
+	client, err := kubernetes.NewForConfig(c.ClientConfig)
+	if err != nil {
+		return nil, err
+	}
+	ns := o.ownNamespace()
+	factory := kubeinformers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute, kubeinformers.WithNamespace(ns))
+	configMaps := factory.Core().V1().ConfigMaps()
+	source := &networktemplate.ConfigMapSource{Namespace: ns, Lister: configMaps.Lister(), HasSynced: configMaps.Informer().HasSynced}
+	if err := c.AddPostStartHook("start-network-template-informer", func(hook genericapiserver.PostStartHookContext) error {
+		factory.Start(hook.Done())
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return source, nil
+}
+
+// admissionInitializers is RecommendedOptions' hook for the initializers of our plugins.
+func (o *Options) admissionInitializers(c *genericapiserver.RecommendedConfig) ([]admission.PluginInitializer, error) {
+	source, err := o.templateSource(c)
+	if err != nil {
+		return nil, err
+	}
+	return []admission.PluginInitializer{networkinitializer.New(source, apiserver.Scheme)}, nil
+}
+
+// standaloneAdmission builds the chain of our plugins alone, honouring --enable-admission-plugins
+// and --disable-admission-plugins; plugins that need a core API are refused.
+func (o *Options) standaloneAdmission(c *genericapiserver.RecommendedConfig) error {
+	a := o.admission
+	if needCore := sets.New(a.EnablePlugins...).Difference(sets.New(ourPlugins...)); needCore.Len() > 0 {
+		return fmt.Errorf("--enable-admission-plugins %v need a core Kubernetes API; standalone mode runs only %v", sets.List(needCore), ourPlugins)
+	}
+	off := sets.New(a.DisablePlugins...).Union(a.DefaultOffPlugins.Difference(sets.New(a.EnablePlugins...)))
+	var names []string
+	for _, name := range ourPlugins {
+		if !off.Has(name) {
+			names = append(names, name)
+		}
+	}
+	initializers, err := o.admissionInitializers(c)
+	if err != nil {
+		return err
+	}
+	config, err := admission.ReadAdmissionConfiguration(names, a.ConfigFile, nil)
+	if err != nil {
+		return err
+	}
+	chain, err := a.Plugins.NewFromPlugins(names, config, admission.PluginInitializers(initializers), a.Decorators)
+	if err != nil {
+		return err
+	}
+	c.AdmissionControl = admissionmetrics.WithStepMetrics(chain)
+	return nil
+}
