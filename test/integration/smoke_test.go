@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,5 +24,12 @@ func TestCreateDefaultsGateway(t *testing.T) {
 	}
 	if created.Spec.Gateway != "10.20.0.1" || created.Generation != 1 {
 		t.Fatalf("got gateway %q generation %d, want 10.20.0.1 and 1", created.Spec.Gateway, created.Generation)
+	}
+}
+
+func TestEmbeddedEtcdEndpointIsExposed(t *testing.T) {
+	s := framework.StartForTest(t)
+	if !strings.HasPrefix(s.EtcdEndpoint, "http://127.0.0.1:") {
+		t.Fatalf("embedded etcd endpoint %q, want a loopback URL", s.EtcdEndpoint)
 	}
 }

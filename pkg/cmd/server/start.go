@@ -49,6 +49,10 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		defer etcd.Stop()
 		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{etcd.Endpoint}
+		// For etcdctl, and for a second replica sharing this etcd.
+		if err := os.WriteFile(filepath.Join(o.DataDir, "etcd.endpoint"), []byte(etcd.Endpoint+"\n"), 0o600); err != nil {
+			return err
+		}
 	}
 
 	config, err := o.Config()

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,8 @@ type Server struct {
 	DataDir string
 	// URL is the https base URL.
 	URL string
+	// EtcdEndpoint is the client URL of the server's embedded etcd ("" with --etcd-servers).
+	EtcdEndpoint string
 
 	cancel context.CancelFunc
 	done   chan error
@@ -72,6 +75,7 @@ func Start(dataDir string, extraFlags ...string) (*Server, error) {
 		cancel:     cancel,
 		done:       make(chan error, 1),
 	}
+	embedded := o.EmbeddedEtcd() // Run fills in the etcd servers
 	go func() { s.done <- o.Run(ctx) }()
 
 	// Ready when the kubeconfig exists (written by a post-start hook) and /readyz says ok.
@@ -98,6 +102,9 @@ func Start(dataDir string, extraFlags ...string) (*Server, error) {
 			return false, nil
 		}
 		s.Config = cfg
+		if b, err := os.ReadFile(filepath.Join(dataDir, "etcd.endpoint")); err == nil && embedded {
+			s.EtcdEndpoint = strings.TrimSpace(string(b))
+		}
 		return true, nil
 	})
 	if err != nil {
