@@ -26,8 +26,23 @@ type NetworkSpec struct {
 
 // NetworkStatus is the observed state of a Network.
 type NetworkStatus struct {
+	// ObservedGeneration and the Ready condition are derived by the server from Nodes when
+	// there are node entries.
 	ObservedGeneration int64
 	Conditions         []metav1.Condition
+	// Nodes holds one entry per node whose controller realises the Network, each written by
+	// that node's controller alone (server-side apply, one field manager per node).
+	Nodes []NetworkNodeStatus
+}
+
+// NetworkNodeStatus is one node's report on a Network.
+type NetworkNodeStatus struct {
+	NodeName           string
+	Bridge             string
+	Ready              bool
+	Reason             string
+	Message            string
+	ObservedGeneration int64
 }
 
 // ConditionReady is the condition type that says whether the Network is realised.

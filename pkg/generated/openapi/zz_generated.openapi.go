@@ -37,10 +37,12 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 	return map[string]common.OpenAPIDefinition{
 		v1.Network{}.OpenAPIModelName():                       schema_pkg_apis_samplecrd_v1_Network(ref),
 		v1.NetworkList{}.OpenAPIModelName():                   schema_pkg_apis_samplecrd_v1_NetworkList(ref),
+		v1.NetworkNodeStatus{}.OpenAPIModelName():             schema_pkg_apis_samplecrd_v1_NetworkNodeStatus(ref),
 		v1.NetworkSpec{}.OpenAPIModelName():                   schema_pkg_apis_samplecrd_v1_NetworkSpec(ref),
 		v1.NetworkStatus{}.OpenAPIModelName():                 schema_pkg_apis_samplecrd_v1_NetworkStatus(ref),
 		v1beta1.Network{}.OpenAPIModelName():                  schema_pkg_apis_samplecrd_v1beta1_Network(ref),
 		v1beta1.NetworkList{}.OpenAPIModelName():              schema_pkg_apis_samplecrd_v1beta1_NetworkList(ref),
+		v1beta1.NetworkNodeStatus{}.OpenAPIModelName():        schema_pkg_apis_samplecrd_v1beta1_NetworkNodeStatus(ref),
 		v1beta1.NetworkSpec{}.OpenAPIModelName():              schema_pkg_apis_samplecrd_v1beta1_NetworkSpec(ref),
 		v1beta1.NetworkStatus{}.OpenAPIModelName():            schema_pkg_apis_samplecrd_v1beta1_NetworkStatus(ref),
 		resource.Quantity{}.OpenAPIModelName():                schema_apimachinery_pkg_api_resource_Quantity(ref),
@@ -202,6 +204,64 @@ func schema_pkg_apis_samplecrd_v1_NetworkList(ref common.ReferenceCallback) comm
 	}
 }
 
+func schema_pkg_apis_samplecrd_v1_NetworkNodeStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NetworkNodeStatus is one node's report on a Network.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"nodeName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodeName is the node this entry is about.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"bridge": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Bridge is the name of the Network's bridge on the node.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"ready": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Ready is true when the bridge and the CNI configuration match the spec.",
+							Default:     false,
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is a CamelCase word saying why the Network is not ready on the node.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says in words what the node's controller found.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ObservedGeneration is the metadata.generation the node last acted on.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"nodeName", "ready"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_samplecrd_v1_NetworkSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -273,11 +333,34 @@ func schema_pkg_apis_samplecrd_v1_NetworkStatus(ref common.ReferenceCallback) co
 							},
 						},
 					},
+					"nodes": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"nodeName",
+								},
+								"x-kubernetes-list-type":       "map",
+								"x-kubernetes-patch-merge-key": "nodeName",
+								"x-kubernetes-patch-strategy":  "merge",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Nodes holds one entry per node whose controller realises the Network; each node's controller owns its own entry (server-side apply with a field manager per node). When there are entries, the server derives observedGeneration and the Ready condition from them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.NetworkNodeStatus{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			metav1.Condition{}.OpenAPIModelName()},
+			v1.NetworkNodeStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 
@@ -381,6 +464,64 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkList(ref common.ReferenceCallback)
 	}
 }
 
+func schema_pkg_apis_samplecrd_v1beta1_NetworkNodeStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NetworkNodeStatus is one node's report on a Network.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"nodeName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodeName is the node this entry is about.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"bridge": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Bridge is the name of the Network's bridge on the node.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"ready": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Ready is true when the bridge and the CNI configuration match the spec.",
+							Default:     false,
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is a CamelCase word saying why the Network is not ready on the node.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says in words what the node's controller found.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ObservedGeneration is the metadata.generation the node last acted on.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"nodeName", "ready"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_samplecrd_v1beta1_NetworkSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -452,11 +593,34 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkStatus(ref common.ReferenceCallbac
 							},
 						},
 					},
+					"nodes": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"nodeName",
+								},
+								"x-kubernetes-list-type":       "map",
+								"x-kubernetes-patch-merge-key": "nodeName",
+								"x-kubernetes-patch-strategy":  "merge",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Nodes holds one entry per node whose controller realises the Network; each node's controller owns its own entry (server-side apply with a field manager per node). When there are entries, the server derives observedGeneration and the Ready condition from them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1beta1.NetworkNodeStatus{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			metav1.Condition{}.OpenAPIModelName()},
+			v1beta1.NetworkNodeStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
 	}
 }
 

@@ -54,6 +54,36 @@ type NetworkStatus struct {
 	// +patchMergeKey=type
 	// +patchStrategy=merge
 	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type" protobuf:"bytes,2,rep,name=conditions"`
+	// Nodes holds one entry per node whose controller realises the Network; each node's
+	// controller owns its own entry (server-side apply with a field manager per node). When
+	// there are entries, the server derives observedGeneration and the Ready condition from them.
+	// +optional
+	// +listType=map
+	// +listMapKey=nodeName
+	// +patchMergeKey=nodeName
+	// +patchStrategy=merge
+	Nodes []NetworkNodeStatus `json:"nodes,omitempty" patchStrategy:"merge" patchMergeKey:"nodeName" protobuf:"bytes,3,rep,name=nodes"`
+}
+
+// NetworkNodeStatus is one node's report on a Network.
+type NetworkNodeStatus struct {
+	// NodeName is the node this entry is about.
+	// +required
+	NodeName string `json:"nodeName" protobuf:"bytes,1,opt,name=nodeName"`
+	// Bridge is the name of the Network's bridge on the node.
+	// +optional
+	Bridge string `json:"bridge,omitempty" protobuf:"bytes,2,opt,name=bridge"`
+	// Ready is true when the bridge and the CNI configuration match the spec.
+	Ready bool `json:"ready" protobuf:"varint,3,opt,name=ready"`
+	// Reason is a CamelCase word saying why the Network is not ready on the node.
+	// +optional
+	Reason string `json:"reason,omitempty" protobuf:"bytes,4,opt,name=reason"`
+	// Message says in words what the node's controller found.
+	// +optional
+	Message string `json:"message,omitempty" protobuf:"bytes,5,opt,name=message"`
+	// ObservedGeneration is the metadata.generation the node last acted on.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,6,opt,name=observedGeneration"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -32,6 +32,11 @@ func (in NetworkList) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NetworkNodeStatus) OpenAPIModelName() string {
+	return "io.k8s.samplecrd.v1beta1.NetworkNodeStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkSpec) OpenAPIModelName() string {
 	return "io.k8s.samplecrd.v1beta1.NetworkSpec"
 }

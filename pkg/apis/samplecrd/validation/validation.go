@@ -43,7 +43,37 @@ func ValidateNetworkStatusUpdate(n, old *samplecrd.Network) field.ErrorList {
 	if n.Status.ObservedGeneration < 0 {
 		allErrs = append(allErrs, field.Invalid(statusPath.Child("observedGeneration"), n.Status.ObservedGeneration, "must not be negative"))
 	}
-	return append(allErrs, metav1validation.ValidateConditions(n.Status.Conditions, statusPath.Child("conditions"))...)
+	allErrs = append(allErrs, metav1validation.ValidateConditions(n.Status.Conditions, statusPath.Child("conditions"))...)
+	return append(allErrs, validateNodes(n.Status.Nodes, statusPath.Child("nodes"))...)
+}
+
+// maxNodeMessageLength bounds a node's message like a condition's.
+const maxNodeMessageLength = 32 * 1024
+
+func validateNodes(nodes []samplecrd.NetworkNodeStatus, path *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	seen := make(map[string]bool, len(nodes))
+	for i, node := range nodes {
+		p := path.Index(i)
+		switch {
+		case node.NodeName == "":
+			allErrs = append(allErrs, field.Required(p.Child("nodeName"), ""))
+		case seen[node.NodeName]:
+			allErrs = append(allErrs, field.Duplicate(p.Child("nodeName"), node.NodeName))
+		default:
+			for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(node.NodeName, false) {
+				allErrs = append(allErrs, field.Invalid(p.Child("nodeName"), node.NodeName, msg))
+			}
+		}
+		seen[node.NodeName] = true
+		if node.ObservedGeneration < 0 {
+			allErrs = append(allErrs, field.Invalid(p.Child("observedGeneration"), node.ObservedGeneration, "must not be negative"))
+		}
+		if len(node.Message) > maxNodeMessageLength {
+			allErrs = append(allErrs, field.TooLong(p.Child("message"), "", maxNodeMessageLength))
+		}
+	}
+	return allErrs
 }
 
 // ValidateNetworkSpec validates the prefix and the gateway.

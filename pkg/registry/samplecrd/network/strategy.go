@@ -67,6 +67,8 @@ func (networkStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Obje
 	defaultSpec(&n.Spec)
 	if !apiequality.Semantic.DeepEqual(n.Spec, o.Spec) {
 		n.Generation = o.Generation + 1
+		// The nodes have not seen the new spec yet: Ready turns False until they have.
+		deriveReadiness(n)
 	}
 }
 
@@ -115,6 +117,7 @@ func (networkStatusStrategy) PrepareForUpdate(_ context.Context, obj, old runtim
 	n, o := obj.(*samplecrd.Network), old.(*samplecrd.Network)
 	n.Spec = o.Spec
 	metav1.ResetObjectMetaForStatus(n, o)
+	deriveReadiness(n)
 }
 
 func (networkStatusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {

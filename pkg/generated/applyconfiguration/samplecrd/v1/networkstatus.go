@@ -32,6 +32,10 @@ type NetworkStatusApplyConfiguration struct {
 	// Conditions describe the network's state. The "Ready" condition is true when the network
 	// is realised on the node.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	// Nodes holds one entry per node whose controller realises the Network; each node's
+	// controller owns its own entry (server-side apply with a field manager per node). When
+	// there are entries, the server derives observedGeneration and the Ready condition from them.
+	Nodes []NetworkNodeStatusApplyConfiguration `json:"nodes,omitempty"`
 }
 
 // NetworkStatusApplyConfiguration constructs a declarative configuration of the NetworkStatus type for use with
@@ -57,6 +61,19 @@ func (b *NetworkStatusApplyConfiguration) WithConditions(values ...*metav1.Condi
 			panic("nil value passed to WithConditions")
 		}
 		b.Conditions = append(b.Conditions, *values[i])
+	}
+	return b
+}
+
+// WithNodes adds the given value to the Nodes field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Nodes field.
+func (b *NetworkStatusApplyConfiguration) WithNodes(values ...*NetworkNodeStatusApplyConfiguration) *NetworkStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithNodes")
+		}
+		b.Nodes = append(b.Nodes, *values[i])
 	}
 	return b
 }

@@ -1,0 +1,63 @@
+package network
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+)
+
+// Reasons of the derived Ready condition.
+const (
+	ReasonRealized    = "Realized"
+	ReasonReconciling = "Reconciling"
+	ReasonNodeFailed  = "NodeNotReady"
+)
+
+// deriveReadiness sets status.observedGeneration and the Ready condition from the node entries,
+// so that clients see one truthful Ready whatever the number of nodes. Without node entries it
+// leaves status as the client wrote it.
+func deriveReadiness(n *samplecrd.Network) {
+	nodes := n.Status.Nodes
+	if len(nodes) == 0 {
+		return
+	}
+	observed := nodes[0].ObservedGeneration
+	var failed, behind []string
+	reason := ""
+	for _, node := range nodes {
+		observed = min(observed, node.ObservedGeneration)
+		switch {
+		case !node.Ready:
+			failed = append(failed, fmt.Sprintf("%s: %s", node.NodeName, node.Message))
+			if reason == "" && node.Reason != "" {
+				reason = node.Reason
+			}
+		case node.ObservedGeneration < n.Generation:
+			behind = append(behind, node.NodeName)
+		}
+	}
+	slices.Sort(failed)
+	slices.Sort(behind)
+	n.Status.ObservedGeneration = observed
+	cond := metav1.Condition{Type: samplecrd.ConditionReady, ObservedGeneration: n.Generation}
+	switch {
+	case len(failed) > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonNodeFailed
+		if reason != "" {
+			cond.Reason = reason
+		}
+		cond.Message = fmt.Sprintf("not ready on %d of %d nodes: %s", len(failed), len(nodes), strings.Join(failed, "; "))
+	case len(behind) > 0:
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonReconciling
+		cond.Message = fmt.Sprintf("generation %d not yet realised on %s", n.Generation, strings.Join(behind, ", "))
+	default:
+		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonRealized
+		cond.Message = fmt.Sprintf("realised on %d node(s)", len(nodes))
+	}
+	meta.SetStatusCondition(&n.Status.Conditions, cond)
+}

@@ -1,0 +1,61 @@
+package network
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+)
+
+func TestDeriveReadiness(t *testing.T) {
+	node := func(name string, ready bool, gen int64, reason, msg string) samplecrd.NetworkNodeStatus {
+		return samplecrd.NetworkNodeStatus{NodeName: name, Ready: ready, ObservedGeneration: gen, Reason: reason, Message: msg}
+	}
+	for name, tc := range map[string]struct {
+		nodes        []samplecrd.NetworkNodeStatus
+		status       metav1.ConditionStatus
+		reason       string
+		msgHas       string
+		observedGen  int64
+		noConditions bool
+	}{
+		"no nodes leaves status alone": {noConditions: true},
+		"all ready and current":        {nodes: []samplecrd.NetworkNodeStatus{node("a", true, 3, "", ""), node("b", true, 3, "", "")}, status: metav1.ConditionTrue, reason: ReasonRealized, msgHas: "2 node", observedGen: 3},
+		"one behind":                   {nodes: []samplecrd.NetworkNodeStatus{node("a", true, 3, "", ""), node("b", true, 2, "", "")}, status: metav1.ConditionFalse, reason: ReasonReconciling, msgHas: "on b", observedGen: 2},
+		"one failed wins with its reason": {nodes: []samplecrd.NetworkNodeStatus{node("b", true, 2, "", ""), node("a", false, 3, "InterfaceNotOurs", "nwabc is a dummy")},
+			status: metav1.ConditionFalse, reason: "InterfaceNotOurs", msgHas: "a: nwabc is a dummy", observedGen: 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := &samplecrd.Network{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Status: samplecrd.NetworkStatus{Nodes: tc.nodes}}
+			deriveReadiness(n)
+			c := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady)
+			if tc.noConditions {
+				if c != nil || n.Status.ObservedGeneration != 0 {
+					t.Fatalf("status changed without nodes: %+v", n.Status)
+				}
+				return
+			}
+			if c == nil || c.Status != tc.status || c.Reason != tc.reason || !strings.Contains(c.Message, tc.msgHas) || c.ObservedGeneration != 3 {
+				t.Fatalf("Ready = %+v, want %s/%s with %q", c, tc.status, tc.reason, tc.msgHas)
+			}
+			if n.Status.ObservedGeneration != tc.observedGen {
+				t.Errorf("observedGeneration %d, want %d", n.Status.ObservedGeneration, tc.observedGen)
+			}
+		})
+	}
+}
+
+func TestSpecChangeMakesReadyFalseUntilNodesCatchUp(t *testing.T) {
+	old := &samplecrd.Network{ObjectMeta: metav1.ObjectMeta{Generation: 1}, Spec: samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.1"},
+		Status: samplecrd.NetworkStatus{Nodes: []samplecrd.NetworkNodeStatus{{NodeName: "a", Ready: true, ObservedGeneration: 1}}}}
+	deriveReadiness(old)
+	n := old.DeepCopy()
+	n.Spec.Gateway = "10.0.0.2"
+	NewStrategy(nil).PrepareForUpdate(t.Context(), n, old)
+	if c := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady); n.Generation != 2 || c == nil || c.Reason != ReasonReconciling {
+		t.Fatalf("after a spec change: generation %d, Ready %+v; want 2 and Reconciling", n.Generation, c)
+	}
+}
