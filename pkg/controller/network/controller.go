@@ -1,0 +1,275 @@
+// Package network is the Network controller: it watches Networks, compares each with what the
+// node's backend actually has, converges (create, repair drift, delete, collect orphans) and
+// reports its node's entry in status.nodes with server-side apply.
+package network
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	applyv1 "github.com/samplecrd/network-apiserver/pkg/generated/applyconfiguration/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
+	informers "github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions/samplecrd/v1"
+	listers "github.com/samplecrd/network-apiserver/pkg/generated/listers/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// Event reasons recorded on Networks.
+const (
+	EventCreated  = "Created"
+	EventRepaired = "Repaired"
+	EventDeleted  = "Deleted"
+	EventFailed   = "Failed"
+)
+
+// Options configure a Controller.
+type Options struct {
+	// NodeName is this node; it names the status entry and the field manager.
+	NodeName string
+	// GCInterval is how often orphans are collected after the collection at start.
+	GCInterval time.Duration
+	// Recorder records Events on Networks; nil records none (standalone mode has no Events API).
+	Recorder record.EventRecorder
+	// MaxRetries is how often a failing Network is retried with backoff before it waits for
+	// the next change or resync.
+	MaxRetries int
+}
+
+// Controller converges one node's networks with the Networks in the API.
+type Controller struct {
+	client  versioned.Interface
+	lister  listers.NetworkLister
+	synced  cache.InformerSynced
+	queue   workqueue.TypedRateLimitingInterface[string]
+	backend netbackend.Backend
+	opts    Options
+}
+
+// FieldManagerPrefix is the prefix of each node's field manager for status.nodes.
+const FieldManagerPrefix = "network-controller/"
+
+// New wires the controller to an informer and a backend.
+func New(client versioned.Interface, informer informers.NetworkInformer, backend netbackend.Backend, opts Options) (*Controller, error) {
+	if opts.NodeName == "" {
+		return nil, fmt.Errorf("the network controller needs a node name")
+	}
+	if opts.GCInterval == 0 {
+		opts.GCInterval = 5 * time.Minute
+	}
+	if opts.MaxRetries == 0 {
+		opts.MaxRetries = 15
+	}
+	registerControllerMetrics()
+	c := &Controller{
+		client:  client,
+		lister:  informer.Lister(),
+		synced:  informer.Informer().HasSynced,
+		backend: backend,
+		opts:    opts,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 2*time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "network"}),
+	}
+	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, obj interface{}) { c.enqueue(obj) },
+		DeleteFunc: c.enqueue,
+	})
+	return c, err
+}
+
+func (c *Controller) enqueue(obj interface{}) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+// Run waits for the cache, collects orphans, then reconciles with workers until ctx is done.
+func (c *Controller) Run(ctx context.Context, workers int) error {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx).WithValues("node", c.opts.NodeName)
+	logger.Info("Starting network controller", "workers", workers)
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+		return fmt.Errorf("network informer did not sync")
+	}
+	// Drift on the node (a bridge deleted or changed by hand) is noticed at once, not at resync.
+	go func() {
+		if err := c.backend.Watch(ctx, c.queue.Add); err != nil && ctx.Err() == nil {
+			logger.Error(err, "Watching the node's networks stopped; drift is repaired at resync only")
+		}
+	}()
+	go wait.UntilWithContext(ctx, c.collectGarbage, c.opts.GCInterval)
+	for range workers {
+		go wait.UntilWithContext(ctx, c.runWorker, time.Second)
+	}
+	<-ctx.Done()
+	logger.Info("Stopping network controller")
+	return nil
+}
+
+func (c *Controller) runWorker(ctx context.Context) {
+	for c.processNextWorkItem(ctx) {
+	}
+}
+
+func (c *Controller) processNextWorkItem(ctx context.Context) bool {
+	key, shutdown := c.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer c.queue.Done(key)
+	start := time.Now()
+	result, err := c.sync(ctx, key)
+	reconciles.WithLabelValues(result).Inc()
+	reconcileDuration.WithLabelValues(result).Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+		c.queue.Forget(key)
+	case c.queue.NumRequeues(key) < c.opts.MaxRetries:
+		reconcileErrors.WithLabelValues(netbackend.ReasonOf(err)).Inc()
+		klog.FromContext(ctx).V(2).Info("Reconcile failed; retrying with backoff", "network", key, "err", err)
+		c.queue.AddRateLimited(key)
+	default:
+		reconcileErrors.WithLabelValues(netbackend.ReasonOf(err)).Inc()
+		klog.FromContext(ctx).Error(err, "Reconcile keeps failing; waiting for a change or the next resync", "network", key)
+		c.queue.Forget(key)
+	}
+	return true
+}
+
+// sync converges one Network and returns the result label for metrics.
+func (c *Controller) sync(ctx context.Context, key string) (string, error) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return "error", err
+	}
+	n, err := c.lister.Networks(namespace).Get(name)
+	if apierrors.IsNotFound(err) || (err == nil && n.DeletionTimestamp != nil) {
+		return c.remove(ctx, key)
+	}
+	if err != nil {
+		return "error", err
+	}
+
+	desired, err := desiredOf(key, n)
+	if err != nil {
+		return "error", c.report(ctx, n, nil, err)
+	}
+	before, observeErr := c.backend.Observe(ctx, key)
+	changes, ensureErr := c.backend.Ensure(ctx, desired)
+	if err := c.report(ctx, n, changes, ensureErr); err != nil {
+		return "error", err
+	}
+	if ensureErr != nil {
+		return "error", ensureErr
+	}
+	if len(changes) == 0 {
+		return "in_sync", nil
+	}
+	reason := EventRepaired
+	if before == nil && observeErr == nil {
+		reason = EventCreated
+	}
+	c.event(n, "Normal", reason, fmt.Sprintf("%s on node %s: %v", reason, c.opts.NodeName, changes))
+	klog.FromContext(ctx).Info("Converged network", "network", key, "reason", reason, "changes", changes)
+	return "changed", nil
+}
+
+func desiredOf(key string, n *v1.Network) (netbackend.Desired, error) {
+	prefix, err := netip.ParsePrefix(n.Spec.CIDR)
+	if err != nil {
+		return netbackend.Desired{}, netbackend.Errorf("InvalidSpec", "spec.cidr %q: %v", n.Spec.CIDR, err)
+	}
+	gateway, err := netip.ParseAddr(n.Spec.Gateway)
+	if err != nil {
+		return netbackend.Desired{}, netbackend.Errorf("InvalidSpec", "spec.gateway %q: %v", n.Spec.Gateway, err)
+	}
+	return netbackend.Desired{Key: key, Prefix: prefix, Gateway: gateway}, nil
+}
+
+func (c *Controller) remove(ctx context.Context, key string) (string, error) {
+	if actual, err := c.backend.Observe(ctx, key); err == nil && actual == nil {
+		return "in_sync", nil
+	}
+	if err := c.backend.Remove(ctx, key); err != nil {
+		return "error", err
+	}
+	klog.FromContext(ctx).Info("Removed network from node", "network", key)
+	return "removed", nil
+}
+
+// report applies this node's status entry, unless it already says the same.
+func (c *Controller) report(ctx context.Context, n *v1.Network, changes []string, failure error) error {
+	entry := v1.NetworkNodeStatus{
+		NodeName:           c.opts.NodeName,
+		Bridge:             netbackend.BridgeName(n.Namespace + "/" + n.Name),
+		Ready:              failure == nil,
+		ObservedGeneration: n.Generation,
+		Message:            "bridge and CNI configuration match the spec",
+	}
+	if failure != nil {
+		entry.Reason, entry.Message = netbackend.ReasonOf(failure), failure.Error()
+	}
+	for _, current := range n.Status.Nodes {
+		if current == entry {
+			return nil
+		}
+	}
+	if failure != nil {
+		c.event(n, "Warning", EventFailed, fmt.Sprintf("node %s: %v", c.opts.NodeName, failure))
+	}
+	apply := applyv1.Network(n.Name, n.Namespace).WithStatus(applyv1.NetworkStatus().WithNodes(
+		applyv1.NetworkNodeStatus().
+			WithNodeName(entry.NodeName).
+			WithBridge(entry.Bridge).
+			WithReady(entry.Ready).
+			WithReason(entry.Reason).
+			WithMessage(entry.Message).
+			WithObservedGeneration(entry.ObservedGeneration)))
+	_, err := c.client.SamplecrdV1().Networks(n.Namespace).ApplyStatus(ctx, apply,
+		metav1.ApplyOptions{FieldManager: FieldManagerPrefix + c.opts.NodeName, Force: true})
+	if apierrors.IsNotFound(err) {
+		return nil // deleted meanwhile; the delete event removes it from the node
+	}
+	return err
+}
+
+// collectGarbage removes what is ours on the node but has no Network any more.
+func (c *Controller) collectGarbage(ctx context.Context) {
+	keys, err := c.backend.List(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Listing the node's networks for garbage collection failed")
+		return
+	}
+	for _, key := range keys {
+		namespace, name, err := cache.SplitMetaNamespaceKey(key)
+		if err != nil {
+			continue
+		}
+		if _, err := c.lister.Networks(namespace).Get(name); apierrors.IsNotFound(err) {
+			c.queue.Add(key)
+		}
+	}
+}
+
+func (c *Controller) event(n *v1.Network, eventType, reason, message string) {
+	if c.opts.Recorder != nil {
+		c.opts.Recorder.Event(n, eventType, reason, message)
+	}
+}

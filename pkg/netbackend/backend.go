@@ -1,0 +1,95 @@
+// Package netbackend is the node side of a Network: what the controller asks a backend to make
+// true on the node (a bridge carrying the gateway address, and a CNI configuration for it), and
+// what the backend finds there. Implementations: linux (netlink and CNI files) and memory (tests).
+package netbackend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Desired is what one Network asks of the node.
+type Desired struct {
+	// Key is the Network's "namespace/name".
+	Key string
+	// Prefix is spec.cidr; Gateway is spec.gateway, put on the bridge with Prefix's length.
+	Prefix  netip.Prefix
+	Gateway netip.Addr
+	// MTU of the bridge; 0 means DefaultMTU.
+	MTU int
+}
+
+// DefaultMTU is the bridge MTU when a Network does not ask for another.
+const DefaultMTU = 1500
+
+// Actual is what a backend found on the node for one Network.
+type Actual struct {
+	Key    string
+	Bridge string
+	// Addresses are the addresses on the bridge, with their prefix lengths.
+	Addresses []netip.Prefix
+	Up        bool
+	MTU       int
+	// CNIConfig is the content of the Network's CNI configuration file, nil when absent.
+	CNIConfig []byte
+}
+
+// Backend realises Networks on one node.
+type Backend interface {
+	// Observe returns what is on the node for key, or nil when nothing of ours is there.
+	Observe(ctx context.Context, key string) (*Actual, error)
+	// Ensure makes the node match d and returns a short description of each change it made;
+	// none when the node already matched (so a resync of an unchanged Network writes nothing).
+	Ensure(ctx context.Context, d Desired) (changes []string, err error)
+	// Remove deletes the bridge and the CNI configuration of key, if they are ours.
+	Remove(ctx context.Context, key string) error
+	// List returns the keys of every Network whose bridge or configuration (marked as ours) is on the node.
+	List(ctx context.Context) ([]string, error)
+	// Watch calls notify with a Network's key whenever something changes on a bridge of ours or
+	// on a link with a name one of our Networks uses, until ctx is done.
+	Watch(ctx context.Context, notify func(key string)) error
+}
+
+// BridgeName is the stable bridge name for a Network key: "nw" and 13 characters of a hash,
+// within Linux's 15-character limit. The bridge's alias records the key, so a collision or a
+// foreign interface of that name is detected rather than taken over.
+func BridgeName(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "nw" + strings.ToLower(base32.StdEncoding.EncodeToString(sum[:])[:13])
+}
+
+// Reasons a Network cannot be realised; the controller reports them in the node's status entry.
+const (
+	ReasonNotOurs          = "InterfaceNotOurs"
+	ReasonAddressInUse     = "AddressInUse"
+	ReasonPermissionDenied = "PermissionDenied"
+	ReasonBackendError     = "BackendError"
+)
+
+// Error is a failure with a reason for the Network's status.
+type Error struct {
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with reason.
+func Errorf(reason, format string, args ...any) error {
+	return &Error{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// ReasonOf returns the reason of err, ReasonBackendError when it has none.
+func ReasonOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ReasonBackendError
+}
