@@ -40,9 +40,13 @@ func sampleNetwork(name string) *samplecrd.Network {
 			Annotations:       map[string]string{"note": "seed"},
 			Finalizers:        []string{"samplecrd.k8s.io/cleanup"},
 		},
-		Spec: samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.1"},
+		Spec: samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.1", PrefixLength: 24},
 		Status: samplecrd.NetworkStatus{
 			ObservedGeneration: 3,
+			Nodes: []samplecrd.NetworkNodeStatus{
+				{NodeName: "node-a", Bridge: "nw0a1b2c", Ready: true, ObservedGeneration: 3},
+				{NodeName: "node-b", Bridge: "nw0a1b2c", Reason: "BridgeMissing", Message: "no bridge", ObservedGeneration: 2},
+			},
 			Conditions: []metav1.Condition{{
 				Type: samplecrd.ConditionReady, Status: metav1.ConditionTrue, ObservedGeneration: 3,
 				LastTransitionTime: metav1.NewTime(time.Date(2024, 5, 6, 7, 9, 0, 0, time.UTC)),
@@ -151,7 +155,8 @@ func TestProtobufWireFormatOfV1Network(t *testing.T) {
 	if !ok {
 		t.Fatalf("decoded %T, want *v1.Network", obj)
 	}
-	if n.Spec.CIDR != "10.0.0.0/24" || n.Spec.Gateway != "10.0.0.1" || n.Name != "net1" || n.Status.ObservedGeneration != 3 {
+	if n.Spec.CIDR != "10.0.0.0/24" || n.Spec.Gateway != "10.0.0.1" || n.Spec.PrefixLength != 24 || n.Name != "net1" ||
+		n.Status.ObservedGeneration != 3 || len(n.Status.Nodes) != 2 || n.Status.Nodes[1].Reason != "BridgeMissing" {
 		t.Errorf("decoded v1 Network = %+v", n)
 	}
 }
@@ -180,35 +185,43 @@ func hugeLength(length uint64) []byte {
 	return append(b, "short"...)
 }
 
-func fuzzSeeds(tb testing.TB) [][]byte {
+type fuzzSeed struct {
+	name    string
+	data    []byte
+	decodes bool // whether it decodes into a Network
+}
+
+func fuzzSeeds(tb testing.TB) []fuzzSeed {
 	network := encode(tb, v1.SchemeGroupVersion, sampleNetwork("net1"))
 	status := encode(tb, schema.GroupVersion{Version: "v1"}, &metav1.Status{Status: metav1.StatusFailure, Message: "not a Network", Code: 422})
 	// An eleven-byte varint overflows uint64.
 	overlong := bytes.Repeat([]byte{0xff}, 10)
 	overlong = append(overlong, 0x01)
+	prefixed := func(b []byte) []byte { return append(append([]byte(nil), protobufPrefix...), b...) }
 
-	return [][]byte{
-		network,
-		encode(tb, v1beta1.SchemeGroupVersion, sampleNetwork("old")),
-		encode(tb, v1.SchemeGroupVersion, sampleNetworkList()),
-		encode(tb, v1.SchemeGroupVersion, &samplecrd.Network{}),
-		network[:len(network)/2],
-		network[:len(network)-1],
-		network[:len(protobufPrefix)+3],
-		status, // the k8s\0 prefix with a type that is not a Network
-		envelope("v1", "Pod", []byte{0x0a, 0x00}),
-		envelope("samplecrd.k8s.io/v1", "Network", []byte("not protobuf at all")),
-		envelope("samplecrd.k8s.io/__internal", "Network", nil),
-		envelope("samplecrd.k8s.io/v1", "", nil),
-		envelope("samplecrd.k8s.io/v1", "Network", hugeLength(1<<62)),
-		envelope("samplecrd.k8s.io/v1", "Network", hugeLength(1<<63)), // negative as an int
-		envelope("samplecrd.k8s.io/v1", "Network", hugeLength(0x7fffffff)),
-		envelope("samplecrd.k8s.io/v1", "Network", append([]byte{0x0a}, overlong...)),
-		append(append([]byte(nil), protobufPrefix...), hugeLength(1<<40)...), // in the envelope itself
-		append(append([]byte(nil), protobufPrefix...), overlong...),
-		protobufPrefix,
-		{},
-		[]byte(`{"apiVersion":"samplecrd.k8s.io/v1","kind":"Network"}`),
+	return []fuzzSeed{
+		{"v1 Network", network, true},
+		{"v1beta1 Network", encode(tb, v1beta1.SchemeGroupVersion, sampleNetwork("old")), true},
+		{"empty v1 Network", encode(tb, v1.SchemeGroupVersion, &samplecrd.Network{}), true},
+		// The kind of the object decoded into fills in a missing kind.
+		{"envelope without kind", envelope("samplecrd.k8s.io/v1", "", nil), true},
+		{"v1 NetworkList", encode(tb, v1.SchemeGroupVersion, sampleNetworkList()), false},
+		{"truncated in half", network[:len(network)/2], false},
+		{"one byte short", network[:len(network)-1], false},
+		{"truncated envelope", network[:len(protobufPrefix)+3], false},
+		{"k8s prefix, Status inside", status, false},
+		{"k8s prefix, unregistered Pod", envelope("v1", "Pod", []byte{0x0a, 0x00}), false},
+		{"Network envelope, raw not protobuf", envelope("samplecrd.k8s.io/v1", "Network", []byte("not protobuf at all")), false},
+		{"internal version", envelope("samplecrd.k8s.io/__internal", "Network", nil), false},
+		{"metadata length 2^62", envelope("samplecrd.k8s.io/v1", "Network", hugeLength(1<<62)), false},
+		{"metadata length 2^63 (negative int)", envelope("samplecrd.k8s.io/v1", "Network", hugeLength(1<<63)), false},
+		{"metadata length 2^31-1", envelope("samplecrd.k8s.io/v1", "Network", hugeLength(0x7fffffff)), false},
+		{"metadata length overflows", envelope("samplecrd.k8s.io/v1", "Network", append([]byte{0x0a}, overlong...)), false},
+		{"envelope length 2^40", prefixed(hugeLength(1 << 40)), false},
+		{"envelope tag overflows", prefixed(overlong), false},
+		{"prefix only", prefixed(nil), false},
+		{"empty", []byte{}, false},
+		{"JSON", []byte(`{"apiVersion":"samplecrd.k8s.io/v1","kind":"Network"}`), false},
 	}
 }
 
@@ -221,7 +234,7 @@ func fuzzSeeds(tb testing.TB) [][]byte {
 //	go test -run='^$' -fuzz=FuzzDecodeProtobufNetwork -fuzztime=30s ./pkg/apiserver/
 func FuzzDecodeProtobufNetwork(f *testing.F) {
 	for _, seed := range fuzzSeeds(f) {
-		f.Add(seed)
+		f.Add(seed.data)
 	}
 	serializer := protobufSerializer(f)
 	decoder := Codecs.DecoderToVersion(serializer, samplecrd.SchemeGroupVersion)
@@ -262,15 +275,13 @@ func FuzzDecodeProtobufNetwork(f *testing.F) {
 // the malformed ones must be rejected, so the fuzz target is exercised on both of its paths.
 func TestFuzzSeedsCoverBothOutcomes(t *testing.T) {
 	decoder := Codecs.DecoderToVersion(protobufSerializer(t), samplecrd.SchemeGroupVersion)
-	seeds := fuzzSeeds(t)
-	for i, seed := range seeds {
-		_, _, err := decoder.Decode(seed, nil, &samplecrd.Network{})
-		wantOK := i < 2 || i == 3 // v1 Network, v1beta1 Network, empty v1 Network
-		if wantOK && err != nil {
-			t.Errorf("seed %d: %v, want it to decode", i, err)
+	for _, seed := range fuzzSeeds(t) {
+		_, _, err := decoder.Decode(seed.data, nil, &samplecrd.Network{})
+		if seed.decodes && err != nil {
+			t.Errorf("%s: %v, want it to decode", seed.name, err)
 		}
-		if !wantOK && err == nil {
-			t.Errorf("seed %d (%q) decoded into a Network, want an error", i, seed)
+		if !seed.decodes && err == nil {
+			t.Errorf("%s (%q) decoded into a Network, want an error", seed.name, seed.data)
 		}
 	}
 }

@@ -3,12 +3,13 @@
 //
 // A plain randfill would already fill every field of the internal types, but only with random
 // strings. These functions mix in the values a real server holds (canonical IPv4 and IPv6
-// prefixes, defaulted or explicit gateways, a Ready condition) so that the round trip also covers
-// realistic objects, while still producing arbitrary strings: conversion must not depend on
-// validity.
+// prefixes, defaulted or explicit gateways, prefix lengths, named node entries, a Ready
+// condition) so that the round trip also covers realistic objects, while still producing
+// arbitrary values: conversion must not depend on validity.
 package fuzzer
 
 import (
+	"fmt"
 	"net/netip"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,17 +29,28 @@ func Funcs(_ runtimeserializer.CodecFactory) []interface{} {
 }
 
 func fillNetworkSpec(s *samplecrd.NetworkSpec, c randfill.Continue) {
-	switch c.Intn(4) {
+	var prefix netip.Prefix
+	switch c.Intn(5) {
 	case 0:
-		// Arbitrary strings, valid or not.
+		// Arbitrary values, valid or not.
 		c.FillNoCustom(s)
 		return
 	case 1:
-		s.CIDR = randomPrefix(c, false).String()
+		prefix = randomPrefix(c, false)
 	case 2:
-		s.CIDR = randomPrefix(c, true).String()
+		prefix = randomPrefix(c, true)
+	case 3:
+		// A request for an allocated prefix: no cidr yet, only a length.
+		*s = samplecrd.NetworkSpec{PrefixLength: int32(1 + c.Intn(126))}
+		return
 	default:
-		s.CIDR = ""
+		*s = samplecrd.NetworkSpec{}
+		return
+	}
+	s.CIDR = prefix.String()
+	s.PrefixLength = 0
+	if c.Intn(2) == 0 {
+		s.PrefixLength = int32(prefix.Bits())
 	}
 	switch c.Intn(3) {
 	case 0:
@@ -72,6 +84,12 @@ func randomPrefix(c randfill.Continue, ipv6 bool) netip.Prefix {
 
 func fillNetworkStatus(s *samplecrd.NetworkStatus, c randfill.Continue) {
 	c.FillNoCustom(s)
+	// A node entry per node, as the node controllers write them.
+	for i := range s.Nodes {
+		if c.Intn(2) == 0 {
+			s.Nodes[i].NodeName = fmt.Sprintf("node-%d", i)
+		}
+	}
 	if c.Intn(2) == 0 {
 		return
 	}

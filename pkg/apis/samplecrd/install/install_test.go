@@ -25,7 +25,7 @@ func newCodecs() (*runtime.Scheme, runtimeserializer.CodecFactory) {
 func TestV1beta1FieldNamesMapToInternal(t *testing.T) {
 	_, codecs := newCodecs()
 	in := []byte(`{"apiVersion":"samplecrd.k8s.io/v1beta1","kind":"Network","metadata":{"name":"n","namespace":"ns"},` +
-		`"spec":{"subnet":"10.0.0.0/24","gatewayIP":"10.0.0.254"}}`)
+		`"spec":{"subnet":"10.0.0.0/24","gatewayIP":"10.0.0.254","prefixLength":24}}`)
 
 	obj, err := runtime.Decode(codecs.UniversalDecoder(samplecrd.SchemeGroupVersion), in)
 	if err != nil {
@@ -35,17 +35,17 @@ func TestV1beta1FieldNamesMapToInternal(t *testing.T) {
 	if !ok {
 		t.Fatalf("decoded %T, want *samplecrd.Network", obj)
 	}
-	want := samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.254"}
+	want := samplecrd.NetworkSpec{CIDR: "10.0.0.0/24", Gateway: "10.0.0.254", PrefixLength: 24}
 	if n.Spec != want {
 		t.Errorf("internal spec = %+v, want %+v", n.Spec, want)
 	}
 
 	for _, tc := range []struct {
 		gv   schema.GroupVersion
-		spec map[string]string
+		spec map[string]interface{}
 	}{
-		{v1.SchemeGroupVersion, map[string]string{"cidr": "10.0.0.0/24", "gateway": "10.0.0.254"}},
-		{v1beta1.SchemeGroupVersion, map[string]string{"subnet": "10.0.0.0/24", "gatewayIP": "10.0.0.254"}},
+		{v1.SchemeGroupVersion, map[string]interface{}{"cidr": "10.0.0.0/24", "gateway": "10.0.0.254", "prefixLength": float64(24)}},
+		{v1beta1.SchemeGroupVersion, map[string]interface{}{"subnet": "10.0.0.0/24", "gatewayIP": "10.0.0.254", "prefixLength": float64(24)}},
 	} {
 		t.Run(tc.gv.Version, func(t *testing.T) {
 			data, err := runtime.Encode(codecs.LegacyCodec(tc.gv), n)
@@ -53,9 +53,9 @@ func TestV1beta1FieldNamesMapToInternal(t *testing.T) {
 				t.Fatalf("encode: %v", err)
 			}
 			var out struct {
-				APIVersion string            `json:"apiVersion"`
-				Kind       string            `json:"kind"`
-				Spec       map[string]string `json:"spec"`
+				APIVersion string                 `json:"apiVersion"`
+				Kind       string                 `json:"kind"`
+				Spec       map[string]interface{} `json:"spec"`
 			}
 			if err := json.Unmarshal(data, &out); err != nil {
 				t.Fatalf("unmarshal %s: %v", data, err)

@@ -125,6 +125,47 @@ func TestValidateNetworkSpec(t *testing.T) {
 	}
 }
 
+func TestValidatePrefixLength(t *testing.T) {
+	tests := []struct {
+		name   string
+		cidr   string
+		length int32
+		want   []wantErr
+	}{
+		{name: "unset", cidr: "10.0.0.0/24", length: 0},
+		{name: "matches IPv4 cidr", cidr: "10.0.0.0/24", length: 24},
+		{name: "matches IPv6 cidr", cidr: "fd00:1::/64", length: 64},
+		{name: "matches /0", cidr: "0.0.0.0/0", length: 0},
+		{name: "differs from cidr", cidr: "10.0.0.0/24", length: 25, want: []wantErr{
+			{field.ErrorTypeInvalid, "spec.prefixLength", "must equal the length of spec.cidr 10.0.0.0/24"},
+		}},
+		{name: "out of range with a cidr", cidr: "10.0.0.0/24", length: 127, want: []wantErr{
+			{field.ErrorTypeInvalid, "spec.prefixLength", "must be between 1 and 126"},
+		}},
+		{name: "negative", cidr: "10.0.0.0/24", length: -1, want: []wantErr{
+			{field.ErrorTypeInvalid, "spec.prefixLength", "must be between 1 and 126"},
+		}},
+		// Allocation fills spec.cidr before validation; a length alone never passes validation.
+		{name: "length without cidr", cidr: "", length: 24, want: []wantErr{
+			{field.ErrorTypeRequired, "spec.cidr", "spec.prefixLength"},
+		}},
+		{name: "bad length without cidr", cidr: "", length: 200, want: []wantErr{
+			{field.ErrorTypeRequired, "spec.cidr", ""},
+			{field.ErrorTypeInvalid, "spec.prefixLength", "between 1 and 126"},
+		}},
+		{name: "not compared with an invalid cidr", cidr: "10.0.0.1/24", length: 16, want: []wantErr{
+			{field.ErrorTypeInvalid, "spec.cidr", `canonical form "10.0.0.0/24"`},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := network(tc.cidr, "")
+			n.Spec.PrefixLength = tc.length
+			checkErrors(t, ValidateNetwork(n), tc.want)
+		})
+	}
+}
+
 func TestValidateNetworkErrorValues(t *testing.T) {
 	// The rejected value is reported as sent, so that the 422 shows the client its own input.
 	errs := ValidateNetwork(network("192.168.0.1/16", "192.168.0.0"))
@@ -340,6 +381,49 @@ func TestValidateNetworkStatusUpdate(t *testing.T) {
 			want: []wantErr{
 				{field.ErrorTypeInvalid, "status.observedGeneration", ""},
 				{field.ErrorTypeRequired, "status.conditions[0].status", ""},
+			},
+		},
+		{
+			name: "valid node entries",
+			update: func(n *samplecrd.Network) {
+				n.Status.Nodes = []samplecrd.NetworkNodeStatus{
+					{NodeName: "node-a", Bridge: "nw1", Ready: true, ObservedGeneration: 2},
+					{NodeName: "node-b.example.com", Reason: "BridgeMissing", Message: "no bridge", ObservedGeneration: 1},
+				}
+			},
+		},
+		{
+			name: "node entry without a name",
+			update: func(n *samplecrd.Network) {
+				n.Status.Nodes = []samplecrd.NetworkNodeStatus{{Ready: true}}
+			},
+			want: []wantErr{{field.ErrorTypeRequired, "status.nodes[0].nodeName", ""}},
+		},
+		{
+			name: "two entries for one node",
+			update: func(n *samplecrd.Network) {
+				n.Status.Nodes = []samplecrd.NetworkNodeStatus{{NodeName: "node-a"}, {NodeName: "node-b"}, {NodeName: "node-a"}}
+			},
+			want: []wantErr{{field.ErrorTypeDuplicate, "status.nodes[2].nodeName", ""}},
+		},
+		{
+			name: "node name that is not a DNS subdomain",
+			update: func(n *samplecrd.Network) {
+				n.Status.Nodes = []samplecrd.NetworkNodeStatus{{NodeName: "Node_A"}}
+			},
+			want: []wantErr{{field.ErrorTypeInvalid, "status.nodes[0].nodeName", ""}},
+		},
+		{
+			name: "node with negative observedGeneration and a huge message",
+			update: func(n *samplecrd.Network) {
+				n.Status.Nodes = []samplecrd.NetworkNodeStatus{
+					{NodeName: "node-a"},
+					{NodeName: "node-b", ObservedGeneration: -1, Message: strings.Repeat("x", 32*1024+1)},
+				}
+			},
+			want: []wantErr{
+				{field.ErrorTypeInvalid, "status.nodes[1].observedGeneration", "must not be negative"},
+				{field.ErrorTypeTooLong, "status.nodes[1].message", ""},
 			},
 		},
 		{
