@@ -1,0 +1,253 @@
+package linux
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// The CNI configuration of a Network is the file <conf-dir>/90-samplecrd-<bridge>.conflist.
+// It is ours when its name has that pattern and its top-level field KeyField records a key
+// whose bridge name is <bridge>. libcni keeps unknown top-level fields of a configuration list
+// to itself (it reads only cniVersion(s), name, plugins and its flags), so the field changes
+// nothing for runtimes.
+const (
+	confPrefix = "90-samplecrd-"
+	confSuffix = ".conflist"
+	// KeyField is the top-level field of our configuration lists that records the Network key.
+	KeyField = "samplecrd.k8s.io/network"
+	// CNIVersion is the CNI specification version of the configuration lists.
+	CNIVersion = "1.0.0"
+)
+
+// ConfPath is the path of key's configuration list in dir.
+func ConfPath(dir, key string) string {
+	return filepath.Join(dir, confPrefix+netbackend.BridgeName(key)+confSuffix)
+}
+
+// NetworkName is the CNI network name of key: "samplecrd_<namespace>_<name>". Kubernetes
+// namespaces and names hold neither "_" nor "/", so this is unique for them; a key with other
+// characters has them replaced and the bridge name appended to stay unique. The name is what
+// host-local names its data directory after.
+func NetworkName(key string) string {
+	var b strings.Builder
+	b.WriteString("samplecrd_")
+	changed := false
+	for _, r := range key {
+		switch {
+		case r == '/':
+			b.WriteByte('_')
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+			changed = true
+		}
+	}
+	if changed || strings.Count(key, "/") != 1 {
+		b.WriteString("_" + netbackend.BridgeName(key))
+	}
+	return b.String()
+}
+
+type confList struct {
+	CNIVersion string       `json:"cniVersion"`
+	Name       string       `json:"name"`
+	Key        string       `json:"samplecrd.k8s.io/network"`
+	Plugins    []bridgeConf `json:"plugins"`
+}
+
+type bridgeConf struct {
+	Type      string   `json:"type"`
+	Bridge    string   `json:"bridge"`
+	IsGateway bool     `json:"isGateway"`
+	IPMasq    bool     `json:"ipMasq"`
+	MTU       int      `json:"mtu"`
+	IPAM      ipamConf `json:"ipam"`
+}
+
+type ipamConf struct {
+	Type    string        `json:"type"`
+	Ranges  [][]rangeConf `json:"ranges"`
+	Routes  []routeConf   `json:"routes"`
+	DataDir string        `json:"dataDir,omitempty"`
+}
+
+type rangeConf struct {
+	Subnet  string `json:"subnet"`
+	Gateway string `json:"gateway"`
+}
+
+type routeConf struct {
+	Dst string `json:"dst"`
+}
+
+// RenderConfig returns the CNI configuration list for d: a "bridge" plugin on d's bridge
+// (isGateway, no masquerading, the bridge's MTU for the pods' interfaces) with "host-local"
+// IPAM over d.Prefix (host-local never hands out the gateway) and a default route.
+// ipamDataDir, when set, is host-local's dataDir. Equal inputs give equal bytes.
+func RenderConfig(d netbackend.Desired, ipamDataDir string) ([]byte, error) {
+	defaultRoute := "0.0.0.0/0"
+	if d.Gateway.Is6() {
+		defaultRoute = "::/0"
+	}
+	mtu := d.MTU
+	if mtu == 0 {
+		mtu = netbackend.DefaultMTU
+	}
+	list := confList{
+		CNIVersion: CNIVersion,
+		Name:       NetworkName(d.Key),
+		Key:        d.Key,
+		Plugins: []bridgeConf{{
+			Type:      "bridge",
+			Bridge:    netbackend.BridgeName(d.Key),
+			IsGateway: true,
+			IPMasq:    false,
+			MTU:       mtu,
+			IPAM: ipamConf{
+				Type:    "host-local",
+				Ranges:  [][]rangeConf{{{Subnet: d.Prefix.Masked().String(), Gateway: d.Gateway.String()}}},
+				Routes:  []routeConf{{Dst: defaultRoute}},
+				DataDir: ipamDataDir,
+			},
+		}},
+	}
+	out, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, '\n')
+	// What we write must be what runtimes can load.
+	if _, err := libcni.ConfListFromBytes(out); err != nil {
+		return nil, fmt.Errorf("rendered CNI configuration for %s does not parse: %w", d.Key, err)
+	}
+	return out, nil
+}
+
+// KeyOfConfig returns the key recorded in a configuration list, "" when it records none.
+func KeyOfConfig(content []byte) string {
+	var marker struct {
+		Key string `json:"samplecrd.k8s.io/network"`
+	}
+	if json.Unmarshal(content, &marker) != nil {
+		return ""
+	}
+	return marker.Key
+}
+
+type confState int
+
+const (
+	confAbsent confState = iota
+	confOurs
+	confForeign
+)
+
+// readConfig reads key's configuration list and tells whether it is ours.
+func readConfig(dir, key string) ([]byte, confState, error) {
+	content, err := os.ReadFile(ConfPath(dir, key))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, confAbsent, nil
+	case err != nil:
+		return nil, confAbsent, err
+	case KeyOfConfig(content) != key:
+		return content, confForeign, nil
+	}
+	return content, confOurs, nil
+}
+
+// listConfigKeys returns the keys of our configuration lists in dir.
+func listConfigKeys(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasPrefix(name, confPrefix) || !strings.HasSuffix(name, confSuffix) {
+			continue
+		}
+		content, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		key := KeyOfConfig(content)
+		if key != "" && name == confPrefix+netbackend.BridgeName(key)+confSuffix {
+			keys = append(keys, key)
+		}
+	}
+	return keys, nil
+}
+
+// writeFileAtomic replaces path with content: a temporary file in the same directory (with an
+// extension no CNI runtime loads), synced, then renamed over path, and the directory synced.
+// A reader sees the old or the new content, never a part.
+func writeFileAtomic(path string, content []byte) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(content); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = d.Close() }()
+	return d.Sync()
+}
+
+// prefixOf converts a netlink address to a netip.Prefix.
+func prefixOf(ip []byte, ones int) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	return netip.PrefixFrom(a.Unmap(), ones), true
+}

@@ -1,0 +1,598 @@
+// Package linux is the node backend that realises Networks with the kernel: per Network a Linux
+// bridge (named netbackend.BridgeName(key), alias AliasPrefix+key, carrying the gateway with the
+// prefix's length, the MTU, up) made with netlink, and a CNI configuration list for the "bridge"
+// and "host-local" plugins written to the CNI configuration directory.
+//
+// What is ours is marked, never guessed: a bridge is ours when it is a bridge whose alias
+// (IFLA_IFALIAS) is AliasPrefix+key, a configuration list when its file name is
+// 90-samplecrd-<bridge>.conflist and it records the key in its top-level field KeyField. An
+// interface or file of that name that is not ours is reported (netbackend.ReasonNotOurs) and
+// never changed or deleted.
+//
+// The kernel ignores an alias in a link creation request, so a bridge is created under a
+// staging name ("nx" and the same hash), given its alias, then renamed: an interface with the
+// bridge's name carries its mark from its first moment. A staging-named bridge (with the key's
+// alias or none) is what an interrupted creation left; Ensure and Remove delete it.
+//
+// The gateway on another interface of the namespace is netbackend.ReasonAddressInUse. The
+// kernel accepts one address on several interfaces, so this is checked before the address is
+// added (EADDRINUSE or EEXIST from the kernel are reported the same way); an overlap of prefixes
+// with other interfaces is allowed. EPERM and EACCES, from netlink or the configuration
+// directory, are netbackend.ReasonPermissionDenied.
+package linux
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// AliasPrefix starts the alias of each of our bridges; the Network key follows it.
+const AliasPrefix = "samplecrd.k8s.io/network="
+
+// maxAliasLen is the longest alias the kernel keeps (IFALIASZ - 1).
+const maxAliasLen = 255
+
+// Config configures a Backend.
+type Config struct {
+	// NetNSPath is the network namespace to manage, for example /var/run/netns/NAME or
+	// /proc/PID/ns/net. Empty means the namespace the process is in. Every netlink request and
+	// the Watch subscriptions go to this namespace; no thread of the process is moved into it.
+	NetNSPath string
+	// CNIConfDir is the directory of the CNI configuration lists, for example /etc/cni/net.d.
+	CNIConfDir string
+	// IPAMDataDir, when set, is host-local's dataDir in the configuration lists; empty leaves
+	// host-local's default (/var/lib/cni/networks).
+	IPAMDataDir string
+}
+
+// Backend is the Linux netbackend.Backend. Its methods are safe for concurrent use.
+type Backend struct {
+	cfg Config
+	ns  netns.NsHandle // netns.None() for the process's namespace
+	h   *netlink.Handle
+
+	// mu serialises the requests on h and the writes of Ensure and Remove.
+	mu sync.Mutex
+
+	// known maps what Ensure, Observe, List and Watch saw of ours, so that Watch can tell
+	// whose a deleted or renamed link or an address event was.
+	knownMu sync.Mutex
+	names   map[string]string // bridge name -> key
+	indexes map[int]string    // link index -> key
+
+	// subscribe opens the link and address subscriptions; tests replace it.
+	subscribe func(linkCh chan netlink.LinkUpdate, addrCh chan netlink.AddrUpdate, done <-chan struct{}, onError func(error)) error
+	// subscribed, when set, is called after each successful subscription (tests).
+	subscribed func()
+}
+
+var _ netbackend.Backend = (*Backend)(nil)
+
+// New opens a Backend. Close releases it.
+func New(cfg Config) (*Backend, error) {
+	if cfg.CNIConfDir == "" {
+		return nil, errors.New("linux backend: the CNI configuration directory is not set")
+	}
+	ns := netns.None()
+	if cfg.NetNSPath != "" {
+		var err error
+		if ns, err = netns.GetFromPath(cfg.NetNSPath); err != nil {
+			return nil, fmt.Errorf("linux backend: opening network namespace %s: %w", cfg.NetNSPath, err)
+		}
+	}
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		if ns.IsOpen() {
+			_ = ns.Close()
+		}
+		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
+	}
+	b := &Backend{
+		cfg:     cfg,
+		ns:      ns,
+		h:       h,
+		names:   map[string]string{},
+		indexes: map[int]string{},
+	}
+	b.subscribe = b.netlinkSubscribe
+	return b, nil
+}
+
+func nsDescription(path string) string {
+	if path == "" {
+		return "the current network namespace"
+	}
+	return "network namespace " + path
+}
+
+// Close releases the netlink socket and the namespace handle. Call it after Watch returned.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.h.Close()
+	if b.ns.IsOpen() {
+		return b.ns.Close()
+	}
+	return nil
+}
+
+// Alias is the alias of key's bridge.
+func Alias(key string) string { return AliasPrefix + key }
+
+// KeyOfAlias returns the key an alias records, and whether it is one of ours.
+func KeyOfAlias(alias string) (string, bool) {
+	key, ok := strings.CutPrefix(alias, AliasPrefix)
+	if !ok || key == "" {
+		return "", false
+	}
+	return key, true
+}
+
+// isOurs tells whether link is key's bridge.
+func isOurs(link netlink.Link, key string) bool {
+	return link.Type() == "bridge" && link.Attrs().Alias == Alias(key) && link.Attrs().Name == netbackend.BridgeName(key)
+}
+
+func (b *Backend) notOurs(link netlink.Link, key string) error {
+	a := link.Attrs()
+	what := fmt.Sprintf("a %s interface", link.Type())
+	if link.Type() == "bridge" {
+		what = "a bridge"
+	}
+	alias := "no alias"
+	if a.Alias != "" {
+		alias = fmt.Sprintf("alias %q", a.Alias)
+	}
+	return netbackend.Errorf(netbackend.ReasonNotOurs,
+		"interface %s (%s, %s) in %s is not the bridge of network %s (which has alias %q); leaving it alone: delete or rename it to let the network be created",
+		a.Name, what, alias, nsDescription(b.cfg.NetNSPath), key, Alias(key))
+}
+
+// fail wraps err with a reason derived from its errno.
+func fail(err error, format string, args ...any) error {
+	reason := netbackend.ReasonBackendError
+	if errors.Is(err, fs.ErrPermission) { // EPERM and EACCES
+		reason = netbackend.ReasonPermissionDenied
+	}
+	return &netbackend.Error{Reason: reason, Err: fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), err)}
+}
+
+// dump retries a netlink dump that the kernel reports as interrupted by a concurrent change.
+func dump[T any](f func() (T, error)) (T, error) {
+	for attempt := 0; ; attempt++ {
+		v, err := f()
+		if errors.Is(err, netlink.ErrDumpInterrupted) && attempt < 10 {
+			continue
+		}
+		return v, err
+	}
+}
+
+// linkByName returns the link called name, nil when there is none.
+func (b *Backend) linkByName(name string) (netlink.Link, error) {
+	link, err := b.h.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	if errors.As(err, &notFound) {
+		return nil, nil
+	}
+	return link, err
+}
+
+// bridgeAddrs returns the addresses on link, without the IPv6 link-local ones, which the
+// kernel manages.
+func (b *Backend) bridgeAddrs(link netlink.Link) ([]netip.Prefix, error) {
+	addrs, err := dump(func() ([]netlink.Addr, error) { return b.h.AddrList(link, netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		ones, _ := a.Mask.Size()
+		p, ok := prefixOf(a.IP, ones)
+		if !ok || (p.Addr().Is6() && p.Addr().IsLinkLocalUnicast()) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (b *Backend) remember(key, name string, index int) {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	b.names[name] = key
+	if index > 0 {
+		b.indexes[index] = key
+	}
+}
+
+func (b *Backend) forget(key string) {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	delete(b.names, netbackend.BridgeName(key))
+	for i, k := range b.indexes {
+		if k == key {
+			delete(b.indexes, i)
+		}
+	}
+}
+
+func validate(d netbackend.Desired) error {
+	switch {
+	case d.Key == "":
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
+	case len(Alias(d.Key)) > maxAliasLen:
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network key %q is too long to record in an interface alias", d.Key)
+	case !d.Prefix.IsValid():
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: invalid prefix", d.Key)
+	case !d.Gateway.IsValid() || d.Gateway.Zone() != "":
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: invalid gateway %v", d.Key, d.Gateway)
+	case !d.Prefix.Contains(d.Gateway):
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: gateway %s is not in %s", d.Key, d.Gateway, d.Prefix)
+	case d.MTU != 0 && (d.MTU < 68 || d.MTU > 65535):
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: MTU %d out of range", d.Key, d.MTU)
+	}
+	return nil
+}
+
+// Observe implements netbackend.Backend. An interface or file with our name that is not ours
+// is not reported (Ensure reports it).
+func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, error) {
+	if key == "" {
+		return nil, netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	name := netbackend.BridgeName(key)
+	var actual *netbackend.Actual
+	link, err := b.linkByName(name)
+	if err != nil {
+		return nil, fail(err, "looking up bridge %s of network %s", name, key)
+	}
+	if link != nil && isOurs(link, key) {
+		addrs, err := b.bridgeAddrs(link)
+		if err != nil {
+			return nil, fail(err, "listing the addresses of bridge %s", name)
+		}
+		a := link.Attrs()
+		actual = &netbackend.Actual{Key: key, Bridge: name, Addresses: addrs, Up: a.Flags&net.FlagUp != 0, MTU: a.MTU}
+		b.remember(key, name, a.Index)
+	}
+	content, state, err := readConfig(b.cfg.CNIConfDir, key)
+	if err != nil {
+		return nil, fail(err, "reading the CNI configuration of network %s", key)
+	}
+	if state == confOurs {
+		if actual == nil {
+			actual = &netbackend.Actual{Key: key}
+		}
+		actual.CNIConfig = content
+	}
+	return actual, nil
+}
+
+// Ensure implements netbackend.Backend. It first checks that neither the bridge name nor the
+// configuration file is taken by something not ours, then creates or repairs the bridge
+// (stale addresses removed before the gateway is added, MTU, up) and rewrites the configuration
+// when its content differs. On an error it returns the changes made so far with it.
+func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, error) {
+	if err := validate(d); err != nil {
+		return nil, err
+	}
+	conf, err := RenderConfig(d, b.cfg.IPAMDataDir)
+	if err != nil {
+		return nil, netbackend.Errorf(netbackend.ReasonBackendError, "%v", err)
+	}
+	mtu := d.MTU
+	if mtu == 0 {
+		mtu = netbackend.DefaultMTU
+	}
+	name := netbackend.BridgeName(d.Key)
+	confPath := ConfPath(b.cfg.CNIConfDir, d.Key)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+
+	link, err := b.linkByName(name)
+	if err != nil {
+		return nil, fail(err, "looking up bridge %s of network %s", name, d.Key)
+	}
+	if link != nil && !isOurs(link, d.Key) {
+		return nil, b.notOurs(link, d.Key)
+	}
+	existing, state, err := readConfig(b.cfg.CNIConfDir, d.Key)
+	if err != nil {
+		return nil, fail(err, "reading the CNI configuration of network %s", d.Key)
+	}
+	if state == confForeign {
+		return nil, netbackend.Errorf(netbackend.ReasonNotOurs,
+			"CNI configuration %s exists and does not record network %s in %q; leaving it alone", confPath, d.Key, KeyField)
+	}
+
+	var changes []string
+	if link == nil {
+		var created []string
+		link, created, err = b.createBridge(name, d.Key, mtu)
+		changes = append(changes, created...)
+		if err != nil {
+			return changes, err
+		}
+	}
+	attrs := link.Attrs()
+	b.remember(d.Key, name, attrs.Index)
+
+	addrChanges, err := b.ensureAddress(link, d)
+	changes = append(changes, addrChanges...)
+	if err != nil {
+		return changes, err
+	}
+	if attrs.MTU != mtu {
+		if err := b.h.LinkSetMTU(link, mtu); err != nil {
+			return changes, fail(err, "setting the MTU of bridge %s to %d", name, mtu)
+		}
+		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", name, attrs.MTU, mtu))
+	}
+	if attrs.Flags&net.FlagUp == 0 {
+		if err := b.h.LinkSetUp(link); err != nil {
+			return changes, fail(err, "setting bridge %s up", name)
+		}
+		changes = append(changes, fmt.Sprintf("set %s up", name))
+	}
+	if !bytes.Equal(existing, conf) {
+		if err := writeFileAtomic(confPath, conf); err != nil {
+			return changes, fail(err, "writing CNI configuration %s", confPath)
+		}
+		changes = append(changes, fmt.Sprintf("wrote CNI configuration %s", confPath))
+	}
+	return changes, nil
+}
+
+// stagingName is the name key's bridge is created under before it is marked as ours and
+// renamed: "nx" and the same hash as netbackend.BridgeName.
+func stagingName(key string) string { return "nx" + netbackend.BridgeName(key)[2:] }
+
+// isStaged tells whether link is what an interrupted createBridge of key left: a bridge with
+// key's staging name and key's alias or none yet.
+func isStaged(link netlink.Link, key string) bool {
+	a := link.Attrs()
+	return link.Type() == "bridge" && a.Name == stagingName(key) && (a.Alias == "" || a.Alias == Alias(key))
+}
+
+// createBridge creates key's bridge, down, with its alias and MTU, and returns it as the kernel
+// has it. The kernel ignores an alias in the creation request, so the bridge is created under
+// its staging name, given its alias, and only then renamed: an interface with the bridge's name
+// always carries its mark, and what an interrupted creation leaves is recognisable by its
+// staging name and removed here (and by Remove). A bridge of the final name created meanwhile
+// is taken only if it is ours.
+func (b *Backend) createBridge(name, key string, mtu int) (netlink.Link, []string, error) {
+	staging := stagingName(key)
+	var changes []string
+	leftover, err := b.linkByName(staging)
+	if err != nil {
+		return nil, nil, fail(err, "looking up %s", staging)
+	}
+	if leftover != nil {
+		if !isStaged(leftover, key) {
+			return nil, nil, netbackend.Errorf(netbackend.ReasonNotOurs,
+				"interface %s (a %s interface, alias %q) in %s has the name network %s creates its bridge under; leaving it alone",
+				staging, leftover.Type(), leftover.Attrs().Alias, nsDescription(b.cfg.NetNSPath), key)
+		}
+		if err := b.h.LinkDel(leftover); err != nil && !errors.Is(err, unix.ENODEV) {
+			return nil, nil, fail(err, "deleting %s, left by an interrupted creation", staging)
+		}
+		changes = append(changes, fmt.Sprintf("deleted %s, left by an interrupted creation", staging))
+	}
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = staging
+	attrs.MTU = mtu
+	if err := b.h.LinkAdd(&netlink.Bridge{LinkAttrs: attrs}); err != nil {
+		return nil, changes, fail(err, "creating bridge %s for network %s", staging, key)
+	}
+	link, err := b.linkByName(staging)
+	if err == nil && link == nil {
+		err = errors.New("it vanished")
+	}
+	if err != nil {
+		return nil, changes, fail(err, "looking up new bridge %s", staging)
+	}
+	undo := func() { _ = b.h.LinkDel(link) }
+	if err := b.h.LinkSetAlias(link, Alias(key)); err != nil {
+		undo()
+		return nil, changes, fail(err, "setting the alias of new bridge %s", staging)
+	}
+	if err := b.h.LinkSetName(link, name); err != nil {
+		undo()
+		if !errors.Is(err, unix.EEXIST) {
+			return nil, changes, fail(err, "renaming new bridge %s to %s", staging, name)
+		}
+		// Someone created the final name meanwhile.
+		existing, lookupErr := b.linkByName(name)
+		if lookupErr != nil || existing == nil {
+			return nil, changes, fail(err, "renaming new bridge %s to %s", staging, name)
+		}
+		if !isOurs(existing, key) {
+			return nil, changes, b.notOurs(existing, key)
+		}
+		return existing, changes, nil
+	}
+	if link, err = b.linkByName(name); err == nil && link == nil {
+		err = errors.New("it vanished")
+	}
+	if err != nil {
+		return nil, changes, fail(err, "looking up new bridge %s", name)
+	}
+	return link, append(changes, fmt.Sprintf("created bridge %s", name)), nil
+}
+
+// ensureAddress leaves exactly the gateway (with the prefix's length) on the bridge, apart from
+// IPv6 link-local addresses. The gateway found on another interface of the namespace is
+// ReasonAddressInUse: the kernel itself accepts one address on several interfaces, so this is
+// checked before adding; EADDRINUSE or EEXIST from the kernel are reported the same way.
+func (b *Backend) ensureAddress(link netlink.Link, d netbackend.Desired) ([]string, error) {
+	name := link.Attrs().Name
+	want := netip.PrefixFrom(d.Gateway, d.Prefix.Bits())
+	addrs, err := b.bridgeAddrs(link)
+	if err != nil {
+		return nil, fail(err, "listing the addresses of bridge %s", name)
+	}
+	var changes []string
+	removed := false
+	for _, p := range addrs {
+		if p == want {
+			continue
+		}
+		if err := b.h.AddrDel(link, netlinkAddr(p)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return changes, fail(err, "removing stale address %s from bridge %s", p, name)
+		}
+		changes = append(changes, fmt.Sprintf("removed stale address %s from %s", p, name))
+		removed = true
+	}
+	if removed { // deleting a primary IPv4 address can take the secondaries with it
+		if addrs, err = b.bridgeAddrs(link); err != nil {
+			return changes, fail(err, "listing the addresses of bridge %s", name)
+		}
+	}
+	if slices.Contains(addrs, want) {
+		return changes, nil
+	}
+	if holder, err := b.addressHolder(d.Gateway, link.Attrs().Index); err != nil {
+		return changes, fail(err, "listing the addresses of the namespace")
+	} else if holder != "" {
+		return changes, netbackend.Errorf(netbackend.ReasonAddressInUse,
+			"gateway %s of network %s is already on interface %s; not adding it to bridge %s", d.Gateway, d.Key, holder, name)
+	}
+	if err := b.h.AddrAdd(link, netlinkAddr(want)); err != nil {
+		if errors.Is(err, unix.EADDRINUSE) || errors.Is(err, unix.EEXIST) {
+			return changes, &netbackend.Error{Reason: netbackend.ReasonAddressInUse,
+				Err: fmt.Errorf("adding gateway %s to bridge %s: %w", want, name, err)}
+		}
+		return changes, fail(err, "adding gateway %s to bridge %s", want, name)
+	}
+	return append(changes, fmt.Sprintf("added address %s to %s", want, name)), nil
+}
+
+// netlinkAddr is the netlink form of p. IPv6 gateways skip duplicate address detection so
+// that they are usable at once (host-local never hands the gateway out).
+func netlinkAddr(p netip.Prefix) *netlink.Addr {
+	a := &netlink.Addr{IPNet: &net.IPNet{
+		IP:   p.Addr().AsSlice(),
+		Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen()),
+	}}
+	if p.Addr().Is6() {
+		a.Flags = unix.IFA_F_NODAD
+	}
+	return a
+}
+
+// addressHolder returns the name of an interface other than index that has ip, "" if none.
+func (b *Backend) addressHolder(ip netip.Addr, index int) (string, error) {
+	family := netlink.FAMILY_V4
+	if ip.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	addrs, err := dump(func() ([]netlink.Addr, error) { return b.h.AddrList(nil, family) })
+	if err != nil {
+		return "", err
+	}
+	for _, a := range addrs {
+		if p, ok := prefixOf(a.IP, 0); !ok || p.Addr() != ip || a.LinkIndex == index {
+			continue
+		}
+		if l, err := b.h.LinkByIndex(a.LinkIndex); err == nil {
+			return l.Attrs().Name, nil
+		}
+		return fmt.Sprintf("index %d", a.LinkIndex), nil
+	}
+	return "", nil
+}
+
+// Remove implements netbackend.Backend: it deletes key's bridge and configuration if they are
+// ours and leaves anything else with their names alone.
+func (b *Backend) Remove(_ context.Context, key string) error {
+	if key == "" {
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
+	}
+	name := netbackend.BridgeName(key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	link, err := b.linkByName(name)
+	if err != nil {
+		return fail(err, "looking up bridge %s of network %s", name, key)
+	}
+	if link != nil && isOurs(link, key) {
+		if err := b.h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+			return fail(err, "deleting bridge %s of network %s", name, key)
+		}
+	}
+	staged, err := b.linkByName(stagingName(key))
+	if err != nil {
+		return fail(err, "looking up %s", stagingName(key))
+	}
+	if staged != nil && isStaged(staged, key) {
+		if err := b.h.LinkDel(staged); err != nil && !errors.Is(err, unix.ENODEV) {
+			return fail(err, "deleting %s of network %s", stagingName(key), key)
+		}
+	}
+	_, state, err := readConfig(b.cfg.CNIConfDir, key)
+	if err != nil {
+		return fail(err, "reading the CNI configuration of network %s", key)
+	}
+	if state == confOurs {
+		path := ConfPath(b.cfg.CNIConfDir, key)
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fail(err, "removing CNI configuration %s", path)
+		}
+		if err := syncDir(b.cfg.CNIConfDir); err != nil {
+			return fail(err, "syncing %s", b.cfg.CNIConfDir)
+		}
+	}
+	b.forget(key)
+	return nil
+}
+
+// List implements netbackend.Backend: the keys in the aliases of our bridges (including one
+// left under its staging name) and in our configuration lists, sorted.
+func (b *Backend) List(context.Context) ([]string, error) {
+	b.mu.Lock()
+	links, err := dump(b.h.LinkList)
+	b.mu.Unlock()
+	if err != nil {
+		return nil, fail(err, "listing links")
+	}
+	var keys []string
+	for _, l := range links {
+		key, ok := KeyOfAlias(l.Attrs().Alias)
+		switch {
+		case ok && isOurs(l, key):
+			keys = append(keys, key)
+			b.remember(key, l.Attrs().Name, l.Attrs().Index)
+		case ok && isStaged(l, key):
+			keys = append(keys, key) // left by an interrupted creation; Remove deletes it
+		}
+	}
+	confKeys, err := listConfigKeys(b.cfg.CNIConfDir)
+	if err != nil {
+		return nil, fail(err, "listing CNI configurations in %s", b.cfg.CNIConfDir)
+	}
+	for _, key := range confKeys {
+		b.remember(key, netbackend.BridgeName(key), 0)
+	}
+	keys = append(keys, confKeys...)
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
+}

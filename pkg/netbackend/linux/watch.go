@@ -1,0 +1,205 @@
+package linux
+
+import (
+	"context"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+const (
+	resubscribeMin = 100 * time.Millisecond
+	resubscribeMax = 5 * time.Second
+)
+
+// Watch implements netbackend.Backend. It subscribes to the namespace's link and address
+// notifications and calls notify with the key of
+//   - a link whose alias records the key (one of our bridges), created, changed or deleted;
+//   - a link named like the bridge of a key this Backend has seen (Ensure, Observe, List), so
+//     that a bridge deleted by hand, or a foreign interface taking its name, is noticed;
+//   - an address added to or removed from one of our bridges.
+//
+// When a subscription fails or ends (for example when the socket's buffer overflowed and
+// notifications were lost), Watch subscribes again with backoff and then notifies every key it
+// knows, since anything may have changed meanwhile. It returns nil when ctx is done. notify is
+// called from one goroutine at a time and should not block.
+func (b *Backend) Watch(ctx context.Context, notify func(key string)) error {
+	logger := klog.FromContext(ctx).WithValues("netns", nsDescription(b.cfg.NetNSPath))
+	if err := b.learn(); err != nil {
+		logger.V(2).Info("Listing links before watching failed; bridges not seen yet are recognised by their alias only", "err", err)
+	}
+	backoff := resubscribeMin
+	for attempt := 0; ; attempt++ {
+		if ctx.Err() != nil {
+			return nil
+		}
+		linkCh := make(chan netlink.LinkUpdate, 256)
+		addrCh := make(chan netlink.AddrUpdate, 256)
+		done := make(chan struct{})
+		onError := func(err error) { logger.V(2).Info("Netlink subscription error", "err", err) }
+		if err := b.subscribe(linkCh, addrCh, done, onError); err != nil {
+			close(done)
+			logger.Error(err, "Subscribing to link and address changes failed; retrying", "after", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C:
+			}
+			backoff = min(2*backoff, resubscribeMax)
+			continue
+		}
+		backoff = resubscribeMin
+		if b.subscribed != nil {
+			b.subscribed()
+		}
+		if attempt > 0 {
+			for _, key := range b.knownKeys() {
+				notify(key)
+			}
+		}
+		b.pump(ctx, linkCh, addrCh, notify)
+		close(done)
+		// The subscription goroutines end (closing their channel) once their socket is
+		// closed; until then they may be blocked sending to us.
+		for range linkCh {
+		}
+		for range addrCh {
+		}
+		if ctx.Err() == nil {
+			logger.Info("Netlink subscription ended; subscribing again")
+		}
+	}
+}
+
+// netlinkSubscribe opens both subscriptions in the managed namespace. On failure nothing is
+// left open.
+func (b *Backend) netlinkSubscribe(linkCh chan netlink.LinkUpdate, addrCh chan netlink.AddrUpdate, done <-chan struct{}, onError func(error)) error {
+	ns := &b.ns
+	if !b.ns.IsOpen() {
+		ns = nil // the process's namespace
+	}
+	err := netlink.LinkSubscribeWithOptions(linkCh, done, netlink.LinkSubscribeOptions{Namespace: ns, ErrorCallback: onError})
+	if err != nil {
+		return err
+	}
+	err = netlink.AddrSubscribeWithOptions(addrCh, done, netlink.AddrSubscribeOptions{Namespace: ns, ErrorCallback: onError})
+	if err != nil {
+		// The caller closes done, which closes the link subscription; drain it meanwhile.
+		go func() {
+			for range linkCh {
+			}
+		}()
+		return err
+	}
+	return nil
+}
+
+// pump handles notifications until ctx is done or a subscription ends.
+func (b *Backend) pump(ctx context.Context, linkCh <-chan netlink.LinkUpdate, addrCh <-chan netlink.AddrUpdate, notify func(string)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u, ok := <-linkCh:
+			if !ok {
+				return
+			}
+			for _, key := range b.keysOfLinkUpdate(u) {
+				notify(key)
+			}
+		case u, ok := <-addrCh:
+			if !ok {
+				return
+			}
+			if key, ok := b.keyOfIndex(u.LinkIndex); ok {
+				notify(key)
+			}
+		}
+	}
+}
+
+// keysOfLinkUpdate returns the keys a link notification concerns, updating what is known.
+func (b *Backend) keysOfLinkUpdate(u netlink.LinkUpdate) []string {
+	attrs := u.Link.Attrs()
+	deleted := u.Header.Type == unix.RTM_DELLINK
+	var keys []string
+	add := func(key string) {
+		for _, k := range keys {
+			if k == key {
+				return
+			}
+		}
+		keys = append(keys, key)
+	}
+	if key, ok := KeyOfAlias(attrs.Alias); ok && isOurs(u.Link, key) {
+		add(key)
+		if !deleted {
+			b.remember(key, attrs.Name, attrs.Index)
+		}
+	}
+	b.knownMu.Lock()
+	if key, ok := b.names[attrs.Name]; ok {
+		add(key)
+	}
+	if key, ok := b.indexes[attrs.Index]; ok {
+		add(key) // for example our bridge renamed
+		if deleted || attrs.Name != netbackend.BridgeName(key) {
+			delete(b.indexes, attrs.Index)
+		}
+	}
+	b.knownMu.Unlock()
+	return keys
+}
+
+// keyOfIndex returns the key of our bridge with index, asking the kernel when it is not known.
+func (b *Backend) keyOfIndex(index int) (string, bool) {
+	b.knownMu.Lock()
+	key, ok := b.indexes[index]
+	b.knownMu.Unlock()
+	if ok {
+		return key, true
+	}
+	b.mu.Lock()
+	link, err := b.h.LinkByIndex(index)
+	b.mu.Unlock()
+	if err != nil {
+		return "", false // gone already; its deletion is a link notification
+	}
+	if key, ok := KeyOfAlias(link.Attrs().Alias); ok && isOurs(link, key) {
+		b.remember(key, link.Attrs().Name, index)
+		return key, true
+	}
+	return "", false
+}
+
+// learn records our bridges in the namespace, so that Watch maps them from the start.
+func (b *Backend) learn() error {
+	b.mu.Lock()
+	links, err := dump(b.h.LinkList)
+	b.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		if key, ok := KeyOfAlias(l.Attrs().Alias); ok && isOurs(l, key) {
+			b.remember(key, l.Attrs().Name, l.Attrs().Index)
+		}
+	}
+	return nil
+}
+
+func (b *Backend) knownKeys() []string {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	keys := make([]string, 0, len(b.names))
+	for _, key := range b.names {
+		keys = append(keys, key)
+	}
+	return keys
+}

@@ -1,0 +1,395 @@
+// Package memory is an in-memory netbackend.Backend for unit tests of the controller: it keeps
+// what a node would have per Network key, lets a test inject failures, occupy a bridge name with
+// a foreign interface and simulate drift (a bridge deleted or changed by hand), counts calls and
+// writes so that a test can assert that a resync wrote nothing, and notifies watchers of drift.
+package memory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// Counts are the calls a Backend received and the writes it made.
+type Counts struct {
+	Observe, Ensure, Remove, List, Watch int
+	// Writes is the number of changes made by Ensure and Remove (one per reported change,
+	// one per deleted bridge or configuration).
+	Writes int
+}
+
+// Backend is an in-memory netbackend.Backend. The zero value is not usable; use New.
+type Backend struct {
+	mu       sync.Mutex
+	nodes    map[string]*netbackend.Actual
+	failures map[string]error
+	occupied map[string]bool
+	listErr  error
+	watchErr error
+	counts   Counts
+
+	nextWatcher int
+	watchers    map[int]func(string)
+	// watchersChanged is closed and replaced whenever a watcher starts or stops.
+	watchersChanged chan struct{}
+}
+
+var _ netbackend.Backend = (*Backend)(nil)
+
+// New returns an empty Backend: a node with no networks.
+func New() *Backend {
+	return &Backend{
+		nodes:           map[string]*netbackend.Actual{},
+		failures:        map[string]error{},
+		occupied:        map[string]bool{},
+		watchers:        map[int]func(string){},
+		watchersChanged: make(chan struct{}),
+	}
+}
+
+// CNIConfig is the content the memory backend records as a Network's CNI configuration. It is
+// a stable rendering of d (not the real CNI format): equal desires give equal bytes.
+func CNIConfig(d netbackend.Desired) []byte {
+	b, err := json.Marshal(struct {
+		Network string `json:"network"`
+		Bridge  string `json:"bridge"`
+		Subnet  string `json:"subnet"`
+		Gateway string `json:"gateway"`
+		MTU     int    `json:"mtu"`
+	}{d.Key, netbackend.BridgeName(d.Key), d.Prefix.Masked().String(), d.Gateway.String(), mtuOf(d)})
+	if err != nil {
+		panic(err) // cannot happen: only strings and ints
+	}
+	return b
+}
+
+func mtuOf(d netbackend.Desired) int {
+	if d.MTU == 0 {
+		return netbackend.DefaultMTU
+	}
+	return d.MTU
+}
+
+// Validate checks what every backend requires of a Desired.
+func validate(d netbackend.Desired) error {
+	switch {
+	case d.Key == "":
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
+	case !d.Prefix.IsValid():
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: invalid prefix", d.Key)
+	case !d.Gateway.IsValid() || d.Gateway.Zone() != "":
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: invalid gateway %v", d.Key, d.Gateway)
+	case !d.Prefix.Contains(d.Gateway):
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: gateway %s is not in %s", d.Key, d.Gateway, d.Prefix)
+	case d.MTU != 0 && (d.MTU < 68 || d.MTU > 65535):
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: MTU %d out of range", d.Key, d.MTU)
+	}
+	return nil
+}
+
+// Observe implements netbackend.Backend.
+func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.counts.Observe++
+	if err := b.failures[key]; err != nil {
+		return nil, err
+	}
+	a, ok := b.nodes[key]
+	if !ok {
+		return nil, nil
+	}
+	return clone(a), nil
+}
+
+// Ensure implements netbackend.Backend: it changes only what differs from d and reports each change.
+func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.counts.Ensure++
+	if err := validate(d); err != nil {
+		return nil, err
+	}
+	if err := b.failures[d.Key]; err != nil {
+		return nil, err
+	}
+	bridge := netbackend.BridgeName(d.Key)
+	a := b.nodes[d.Key]
+	if (a == nil || a.Bridge == "") && b.occupied[d.Key] {
+		return nil, netbackend.Errorf(netbackend.ReasonNotOurs,
+			"interface %s exists and is not a bridge of network %s; leaving it alone", bridge, d.Key)
+	}
+	if a == nil {
+		a = &netbackend.Actual{Key: d.Key}
+		b.nodes[d.Key] = a
+	}
+	var changes []string
+	if a.Bridge == "" {
+		a.Bridge = bridge
+		changes = append(changes, "created bridge "+bridge)
+	}
+	want := netip.PrefixFrom(d.Gateway, d.Prefix.Bits())
+	var kept []netip.Prefix
+	for _, p := range a.Addresses {
+		if p == want {
+			kept = append(kept, p)
+			continue
+		}
+		changes = append(changes, fmt.Sprintf("removed stale address %s from %s", p, bridge))
+	}
+	if !slices.Contains(kept, want) {
+		kept = append(kept, want)
+		changes = append(changes, fmt.Sprintf("added address %s to %s", want, bridge))
+	}
+	a.Addresses = kept
+	if mtu := mtuOf(d); a.MTU != mtu {
+		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", bridge, a.MTU, mtu))
+		a.MTU = mtu
+	}
+	if !a.Up {
+		a.Up = true
+		changes = append(changes, "set "+bridge+" up")
+	}
+	if conf := CNIConfig(d); string(a.CNIConfig) != string(conf) {
+		a.CNIConfig = conf
+		changes = append(changes, "wrote CNI configuration for "+bridge)
+	}
+	b.counts.Writes += len(changes)
+	return changes, nil
+}
+
+// Remove implements netbackend.Backend. A foreign interface occupying the name is left alone.
+func (b *Backend) Remove(_ context.Context, key string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.counts.Remove++
+	if err := b.failures[key]; err != nil {
+		return err
+	}
+	a, ok := b.nodes[key]
+	if !ok {
+		return nil
+	}
+	if a.Bridge != "" {
+		b.counts.Writes++
+	}
+	if a.CNIConfig != nil {
+		b.counts.Writes++
+	}
+	delete(b.nodes, key)
+	return nil
+}
+
+// List implements netbackend.Backend: the keys of every network with a bridge or a configuration.
+func (b *Backend) List(context.Context) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.counts.List++
+	if b.listErr != nil {
+		return nil, b.listErr
+	}
+	keys := make([]string, 0, len(b.nodes))
+	for k := range b.nodes {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// Watch implements netbackend.Backend: notify is called with the key of every simulated drift
+// (and of Occupy) until ctx is done. Changes made by Ensure and Remove are not reported. Watch
+// returns the error set with SetWatchError at once, if any.
+func (b *Backend) Watch(ctx context.Context, notify func(key string)) error {
+	b.mu.Lock()
+	b.counts.Watch++
+	if err := b.watchErr; err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	id := b.nextWatcher
+	b.nextWatcher++
+	b.watchers[id] = notify
+	b.signalWatchersLocked()
+	b.mu.Unlock()
+
+	<-ctx.Done()
+
+	b.mu.Lock()
+	delete(b.watchers, id)
+	b.signalWatchersLocked()
+	b.mu.Unlock()
+	return nil
+}
+
+func (b *Backend) signalWatchersLocked() {
+	close(b.watchersChanged)
+	b.watchersChanged = make(chan struct{})
+}
+
+// WaitForWatchers waits until at least n Watch calls are running, so that a test can simulate
+// drift knowing it will be seen. It returns ctx's error if that does not happen first.
+func (b *Backend) WaitForWatchers(ctx context.Context, n int) error {
+	for {
+		b.mu.Lock()
+		running, changed := len(b.watchers), b.watchersChanged
+		b.mu.Unlock()
+		if running >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("%d watchers running, waiting for %d: %w", running, n, ctx.Err())
+		}
+	}
+}
+
+// drift applies change to key's state under the lock (when the key has state) and then
+// notifies every watcher. It reports whether there was state to change.
+func (b *Backend) drift(key string, change func(a *netbackend.Actual)) bool {
+	b.mu.Lock()
+	a, ok := b.nodes[key]
+	if ok {
+		change(a)
+		if a.Bridge == "" && a.CNIConfig == nil {
+			delete(b.nodes, key)
+		}
+	}
+	notifies := make([]func(string), 0, len(b.watchers))
+	for _, n := range b.watchers {
+		notifies = append(notifies, n)
+	}
+	b.mu.Unlock()
+	for _, n := range notifies {
+		n(key)
+	}
+	return ok
+}
+
+// DeleteBridge simulates the bridge of key deleted by hand (with its addresses). It reports
+// whether key had state.
+func (b *Backend) DeleteBridge(key string) bool {
+	return b.drift(key, func(a *netbackend.Actual) {
+		a.Bridge, a.Addresses, a.MTU, a.Up = "", nil, 0, false
+	})
+}
+
+// SetMTU simulates the MTU of key's bridge changed by hand.
+func (b *Backend) SetMTU(key string, mtu int) bool {
+	return b.drift(key, func(a *netbackend.Actual) {
+		if a.Bridge != "" {
+			a.MTU = mtu
+		}
+	})
+}
+
+// SetDown simulates key's bridge set down by hand.
+func (b *Backend) SetDown(key string) bool {
+	return b.drift(key, func(a *netbackend.Actual) { a.Up = false })
+}
+
+// SetAddresses simulates the addresses of key's bridge changed by hand.
+func (b *Backend) SetAddresses(key string, addrs ...netip.Prefix) bool {
+	return b.drift(key, func(a *netbackend.Actual) {
+		if a.Bridge != "" {
+			a.Addresses = slices.Clone(addrs)
+		}
+	})
+}
+
+// DeleteConfig simulates key's CNI configuration deleted by hand.
+func (b *Backend) DeleteConfig(key string) bool {
+	return b.drift(key, func(a *netbackend.Actual) { a.CNIConfig = nil })
+}
+
+// SetConfig simulates key's CNI configuration edited by hand.
+func (b *Backend) SetConfig(key string, content []byte) bool {
+	return b.drift(key, func(a *netbackend.Actual) { a.CNIConfig = slices.Clone(content) })
+}
+
+// Occupy simulates a foreign interface (not ours) created with key's bridge name while key has
+// no bridge: Ensure then fails with netbackend.ReasonNotOurs until Vacate. Watchers are notified.
+func (b *Backend) Occupy(key string) {
+	b.mu.Lock()
+	b.occupied[key] = true
+	b.mu.Unlock()
+	b.drift(key, func(*netbackend.Actual) {})
+}
+
+// Vacate removes the foreign interface of Occupy. Watchers are notified.
+func (b *Backend) Vacate(key string) {
+	b.mu.Lock()
+	delete(b.occupied, key)
+	b.mu.Unlock()
+	b.drift(key, func(*netbackend.Actual) {})
+}
+
+// Put stores a as what the node has for a.Key (for example an orphan left by a deleted
+// Network), replacing any state. It counts as no call and no write, and notifies nobody.
+func (b *Backend) Put(a netbackend.Actual) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.nodes[a.Key] = clone(&a)
+}
+
+// Get returns a copy of what the node has for key, nil when nothing. It counts as no call.
+func (b *Backend) Get(key string) *netbackend.Actual {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if a, ok := b.nodes[key]; ok {
+		return clone(a)
+	}
+	return nil
+}
+
+// SetFailure makes every Observe, Ensure and Remove of key fail with err; nil clears it.
+// Wrap err with netbackend.Errorf to give it a reason.
+func (b *Backend) SetFailure(key string, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil {
+		delete(b.failures, key)
+		return
+	}
+	b.failures[key] = err
+}
+
+// SetListError makes List fail with err; nil clears it.
+func (b *Backend) SetListError(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.listErr = err
+}
+
+// SetWatchError makes later Watch calls return err at once; nil clears it.
+func (b *Backend) SetWatchError(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.watchErr = err
+}
+
+// Counts returns the calls and writes so far.
+func (b *Backend) Counts() Counts {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.counts
+}
+
+// ResetCounts sets every count to zero, for example after a test's setup.
+func (b *Backend) ResetCounts() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.counts = Counts{}
+}
+
+func clone(a *netbackend.Actual) *netbackend.Actual {
+	c := *a
+	c.Addresses = slices.Clone(a.Addresses)
+	c.CNIConfig = slices.Clone(a.CNIConfig)
+	return &c
+}

@@ -1,0 +1,304 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+func desired(key string) netbackend.Desired {
+	return netbackend.Desired{
+		Key:     key,
+		Prefix:  netip.MustParsePrefix("10.99.0.0/24"),
+		Gateway: netip.MustParseAddr("10.99.0.1"),
+	}
+}
+
+func TestEnsureCreatesThenResyncWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	b := New()
+	d := desired("default/net1")
+
+	changes, err := b.Ensure(ctx, d)
+	if err != nil {
+		t.Fatalf("Ensure: %v", err)
+	}
+	if len(changes) == 0 {
+		t.Fatalf("first Ensure reported no changes")
+	}
+	a, err := b.Observe(ctx, d.Key)
+	if err != nil || a == nil {
+		t.Fatalf("Observe = %v, %v; want the network", a, err)
+	}
+	want := netbackend.Actual{
+		Key:       d.Key,
+		Bridge:    netbackend.BridgeName(d.Key),
+		Addresses: []netip.Prefix{netip.MustParsePrefix("10.99.0.1/24")},
+		Up:        true,
+		MTU:       netbackend.DefaultMTU,
+		CNIConfig: CNIConfig(d),
+	}
+	if !equalActual(*a, want) {
+		t.Fatalf("Observe = %+v, want %+v", *a, want)
+	}
+
+	b.ResetCounts()
+	changes, err = b.Ensure(ctx, d)
+	if err != nil {
+		t.Fatalf("second Ensure: %v", err)
+	}
+	if len(changes) != 0 {
+		t.Fatalf("second Ensure reported changes %v, want none", changes)
+	}
+	if c := b.Counts(); c.Writes != 0 || c.Ensure != 1 {
+		t.Fatalf("counts after resync = %+v, want 1 Ensure and 0 writes", c)
+	}
+}
+
+func TestEnsureChangesOnlyWhatDiffers(t *testing.T) {
+	ctx := context.Background()
+	b := New()
+	d := desired("default/net1")
+	if _, err := b.Ensure(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	d.MTU = 9000
+	b.ResetCounts()
+	changes, err := b.Ensure(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != 2 || !strings.Contains(changes[0], "MTU") || !strings.Contains(changes[1], "CNI") {
+		t.Fatalf("changes = %q, want the MTU and the CNI configuration", changes)
+	}
+	if got := b.Counts().Writes; got != 2 {
+		t.Fatalf("writes = %d, want 2", got)
+	}
+	if a := b.Get(d.Key); a.MTU != 9000 {
+		t.Fatalf("MTU = %d, want 9000", a.MTU)
+	}
+}
+
+func TestEnsureRejectsInvalidDesired(t *testing.T) {
+	b := New()
+	for name, d := range map[string]netbackend.Desired{
+		"empty key":         {Prefix: netip.MustParsePrefix("10.0.0.0/24"), Gateway: netip.MustParseAddr("10.0.0.1")},
+		"gateway outside":   {Key: "a/b", Prefix: netip.MustParsePrefix("10.0.0.0/24"), Gateway: netip.MustParseAddr("10.0.1.1")},
+		"family mismatch":   {Key: "a/b", Prefix: netip.MustParsePrefix("10.0.0.0/24"), Gateway: netip.MustParseAddr("fd00::1")},
+		"MTU out of range":  {Key: "a/b", Prefix: netip.MustParsePrefix("10.0.0.0/24"), Gateway: netip.MustParseAddr("10.0.0.1"), MTU: 20},
+		"no prefix/gateway": {Key: "a/b"},
+	} {
+		if _, err := b.Ensure(context.Background(), d); err == nil {
+			t.Errorf("%s: Ensure succeeded, want an error", name)
+		}
+	}
+	if keys, _ := b.List(context.Background()); len(keys) != 0 {
+		t.Fatalf("invalid desires left state: %v", keys)
+	}
+}
+
+func TestFailureInjection(t *testing.T) {
+	ctx := context.Background()
+	b := New()
+	d := desired("default/net1")
+	b.SetFailure(d.Key, netbackend.Errorf(netbackend.ReasonPermissionDenied, "operation not permitted"))
+	if _, err := b.Ensure(ctx, d); netbackend.ReasonOf(err) != netbackend.ReasonPermissionDenied {
+		t.Fatalf("Ensure error = %v, want reason %s", err, netbackend.ReasonPermissionDenied)
+	}
+	if _, err := b.Observe(ctx, d.Key); err == nil {
+		t.Fatalf("Observe succeeded despite the injected failure")
+	}
+	if err := b.Remove(ctx, d.Key); err == nil {
+		t.Fatalf("Remove succeeded despite the injected failure")
+	}
+	// Other keys are unaffected.
+	if _, err := b.Ensure(ctx, desired("default/other")); err != nil {
+		t.Fatalf("Ensure of another key: %v", err)
+	}
+	b.SetFailure(d.Key, nil)
+	if _, err := b.Ensure(ctx, d); err != nil {
+		t.Fatalf("Ensure after clearing the failure: %v", err)
+	}
+
+	listErr := errors.New("list failed")
+	b.SetListError(listErr)
+	if _, err := b.List(ctx); !errors.Is(err, listErr) {
+		t.Fatalf("List error = %v, want %v", err, listErr)
+	}
+	b.SetWatchError(listErr)
+	if err := b.Watch(ctx, func(string) {}); !errors.Is(err, listErr) {
+		t.Fatalf("Watch error = %v, want %v", err, listErr)
+	}
+}
+
+func TestOccupiedNameIsNotOurs(t *testing.T) {
+	ctx := context.Background()
+	b := New()
+	d := desired("default/net1")
+	b.Occupy(d.Key)
+	_, err := b.Ensure(ctx, d)
+	if netbackend.ReasonOf(err) != netbackend.ReasonNotOurs {
+		t.Fatalf("Ensure error = %v, want reason %s", err, netbackend.ReasonNotOurs)
+	}
+	if a, err := b.Observe(ctx, d.Key); a != nil || err != nil {
+		t.Fatalf("Observe = %v, %v; want nothing of ours", a, err)
+	}
+	b.Vacate(d.Key)
+	if _, err := b.Ensure(ctx, d); err != nil {
+		t.Fatalf("Ensure after Vacate: %v", err)
+	}
+}
+
+func TestRemoveAndList(t *testing.T) {
+	ctx := context.Background()
+	b := New()
+	for _, k := range []string{"ns2/b", "ns1/a"} {
+		if _, err := b.Ensure(ctx, desired(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Put(netbackend.Actual{Key: "ns3/orphan", CNIConfig: []byte("{}")})
+	keys, err := b.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"ns1/a", "ns2/b", "ns3/orphan"}; !slices.Equal(keys, want) {
+		t.Fatalf("List = %v, want %v", keys, want)
+	}
+	b.ResetCounts()
+	if err := b.Remove(ctx, "ns1/a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Counts().Writes; got != 2 {
+		t.Fatalf("Remove made %d writes, want 2 (bridge and configuration)", got)
+	}
+	if err := b.Remove(ctx, "ns1/a"); err != nil {
+		t.Fatalf("second Remove: %v", err)
+	}
+	if got := b.Counts().Writes; got != 2 {
+		t.Fatalf("Remove of a missing network wrote: %d writes in total", got)
+	}
+	if a, _ := b.Observe(ctx, "ns1/a"); a != nil {
+		t.Fatalf("Observe after Remove = %+v", a)
+	}
+	keys, _ = b.List(ctx)
+	if want := []string{"ns2/b", "ns3/orphan"}; !slices.Equal(keys, want) {
+		t.Fatalf("List after Remove = %v, want %v", keys, want)
+	}
+}
+
+func TestObserveReturnsCopies(t *testing.T) {
+	ctx := context.Background()
+	b := New()
+	d := desired("default/net1")
+	if _, err := b.Ensure(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := b.Observe(ctx, d.Key)
+	a.Addresses[0] = netip.MustParsePrefix("192.0.2.1/32")
+	a.CNIConfig[0] = 'X'
+	if changes, _ := b.Ensure(ctx, d); len(changes) != 0 {
+		t.Fatalf("mutating an observed copy changed the backend: %v", changes)
+	}
+}
+
+func TestWatchReportsDriftAndEnsureRepairs(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := New()
+	d := desired("default/net1")
+	if _, err := b.Ensure(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	notified := make(chan string, 16)
+	watchDone := make(chan error, 1)
+	go func() { watchDone <- b.Watch(ctx, func(key string) { notified <- key }) }()
+	waitCtx, waitCancel := context.WithTimeout(ctx, 2*time.Second)
+	defer waitCancel()
+	if err := b.WaitForWatchers(waitCtx, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	drifts := []struct {
+		name  string
+		apply func() bool
+		want  []string // one substring per expected change, in order
+	}{
+		{"bridge deleted", func() bool { return b.DeleteBridge(d.Key) }, []string{"created bridge", "added address", "MTU", " up"}},
+		{"MTU changed", func() bool { return b.SetMTU(d.Key, 1400) }, []string{"MTU"}},
+		{"set down", func() bool { return b.SetDown(d.Key) }, []string{" up"}},
+		{"address removed", func() bool { return b.SetAddresses(d.Key) }, []string{"added address"}},
+		{"stale address", func() bool {
+			return b.SetAddresses(d.Key, netip.MustParsePrefix("10.99.0.1/24"), netip.MustParsePrefix("10.99.0.7/24"))
+		}, []string{"removed stale address 10.99.0.7/24"}},
+		{"configuration deleted", func() bool { return b.DeleteConfig(d.Key) }, []string{"CNI"}},
+		{"configuration edited", func() bool { return b.SetConfig(d.Key, []byte("{}")) }, []string{"CNI"}},
+	}
+	for _, drift := range drifts {
+		if !drift.apply() {
+			t.Fatalf("%s: the key had no state", drift.name)
+		}
+		select {
+		case key := <-notified:
+			if key != d.Key {
+				t.Fatalf("%s: notified %q, want %q", drift.name, key, d.Key)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s: no notification within 2s", drift.name)
+		}
+		changes, err := b.Ensure(ctx, d)
+		if err != nil {
+			t.Fatalf("%s: Ensure: %v", drift.name, err)
+		}
+		if len(changes) != len(drift.want) {
+			t.Fatalf("%s: changes = %q, want %d matching %q", drift.name, changes, len(drift.want), drift.want)
+		}
+		for i, c := range changes {
+			if !strings.Contains(c, drift.want[i]) {
+				t.Fatalf("%s: change %d = %q, want it to contain %q", drift.name, i, c, drift.want[i])
+			}
+		}
+		if changes, _ := b.Ensure(ctx, d); len(changes) != 0 {
+			t.Fatalf("%s: Ensure after the repair changed %v", drift.name, changes)
+		}
+	}
+
+	// Ensure's own writes are not reported as drift.
+	select {
+	case key := <-notified:
+		t.Fatalf("unexpected notification for %q", key)
+	default:
+	}
+
+	cancel()
+	select {
+	case err := <-watchDone:
+		if err != nil {
+			t.Fatalf("Watch returned %v after cancel, want nil", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Watch did not return within 2s of cancel")
+	}
+	if c := b.Counts(); c.Watch != 1 {
+		t.Fatalf("Watch calls = %d, want 1", c.Watch)
+	}
+}
+
+func TestWaitForWatchersTimesOut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := New().WaitForWatchers(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitForWatchers = %v, want a deadline error", err)
+	}
+}
+
+func equalActual(a, b netbackend.Actual) bool {
+	return a.Key == b.Key && a.Bridge == b.Bridge && slices.Equal(a.Addresses, b.Addresses) &&
+		a.Up == b.Up && a.MTU == b.MTU && string(a.CNIConfig) == string(b.CNIConfig)
+}
