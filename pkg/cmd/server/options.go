@@ -43,6 +43,8 @@ type Options struct {
 	OverlapScope string
 	// NetworkPools are the prefixes spec.prefixLength allocates from, in order.
 	NetworkPools []string
+	// Controller configures the bundled Network controller.
+	Controller *ControllerOptions
 	// TemplateFile is the network template file; standalone mode's template source.
 	TemplateFile string
 	// TemplateNamespace is where the network-template ConfigMap is read from in attached mode.
@@ -64,6 +66,7 @@ func NewOptions(out io.Writer) *Options {
 		Recommended: genericoptions.NewRecommendedOptions(etcdPathPrefix,
 			apiserver.Codecs.LegacyCodec(v1.SchemeGroupVersion)),
 		DataDir:      "network-apiserver.data",
+		Controller:   NewControllerOptions(),
 		OverlapScope: OverlapScopeCluster,
 		NetworkPools: append([]string(nil), DefaultNetworkPools...),
 		Out:          out,
@@ -83,6 +86,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Directory for the embedded etcd's data, the generated serving certificate, and (standalone) the admin token and kubeconfig.")
 	fs.IntVar(&o.EmbeddedEtcdPort, "embedded-etcd-port", o.EmbeddedEtcdPort,
 		"Loopback client port of the embedded etcd started when --etcd-servers is empty; 0 picks a free port.")
+	o.Controller.AddFlags(fs, true)
 	fs.StringVar(&o.TemplateFile, "network-template-file", o.TemplateFile,
 		"YAML file holding the network template (labels, annotations, spec fields merged into every new Network); re-read when it changes. "+
 			"Without it, attached mode reads the ConfigMap network-template (key template) in --template-namespace.")
@@ -144,6 +148,7 @@ func (o *Options) Validate() error {
 	if o.admission != nil {
 		errs = append(errs, o.admission.Validate()...)
 	}
+	errs = append(errs, o.Controller.Validate()...)
 	if o.DataDir == "" {
 		errs = append(errs, fmt.Errorf("--data-dir must not be empty"))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
@@ -34,6 +35,7 @@ func NewCommand(ctx context.Context, o *Options) *cobra.Command {
 	}
 	cmd.SetContext(ctx)
 	o.AddFlags(cmd.Flags())
+	cmd.AddCommand(NewAgentCommand(ctx))
 	return cmd
 }
 
@@ -67,6 +69,19 @@ func (o *Options) Run(ctx context.Context) error {
 	server, err := config.Complete().New()
 	if err != nil {
 		return err
+	}
+	if o.Controller.Enabled {
+		// Events need the core API: attached mode has it, standalone mode does not.
+		var events kubernetes.Interface
+		if client := config.GenericConfig.ClientConfig; client != nil && !o.Standalone {
+			if events, err = kubernetes.NewForConfig(client); err != nil {
+				return err
+			}
+		}
+		server.GenericAPIServer.AddPostStartHookOrDie("start-network-controller", func(hook genericapiserver.PostStartHookContext) error {
+			o.Controller.runInBackground(hook, hook.LoopbackClientConfig, events)
+			return nil
+		})
 	}
 	if o.Standalone {
 		server.GenericAPIServer.AddPostStartHookOrDie("write-admin-kubeconfig", func(genericapiserver.PostStartHookContext) error {

@@ -54,7 +54,8 @@ func Start(dataDir string, extraFlags ...string) (*Server, error) {
 	o := server.NewOptions(io.Discard)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := server.NewCommand(ctx, o)
-	flags := append([]string{"--data-dir", dataDir, "--bind-address", "127.0.0.1", "--secure-port", "0"}, extraFlags...)
+	// No controller unless a test asks for one (with --backend-netns): it would change the host's networking.
+	flags := append([]string{"--data-dir", dataDir, "--bind-address", "127.0.0.1", "--secure-port", "0", "--controllers=false"}, extraFlags...)
 	if err := cmd.ParseFlags(flags); err != nil {
 		cancel()
 		return nil, err
@@ -99,6 +100,13 @@ func Start(dataDir string, extraFlags ...string) (*Server, error) {
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
+			return false, nil
+		}
+		// On a restart the data dir still holds the previous server's kubeconfig until this
+		// server's post-start hook rewrites it: read it again now that the hooks have run, and
+		// only accept one that points at this server.
+		cfg, err = clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+		if err != nil || cfg.Host != s.URL {
 			return false, nil
 		}
 		s.Config = cfg

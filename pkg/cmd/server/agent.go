@@ -1,0 +1,88 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+)
+
+// NewAgentCommand returns `network-apiserver agent`: the Network controller alone, against any
+// endpoint serving samplecrd.k8s.io (the form a DaemonSet runs on every node).
+func NewAgentCommand(ctx context.Context) *cobra.Command {
+	o := NewControllerOptions()
+	var kubeconfig, metricsAddress string
+	var recordEvents bool
+	cmd := &cobra.Command{
+		Use:          "agent",
+		Short:        "Run only the Network controller for this node",
+		SilenceUsage: true,
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := aggregate(o.Validate()); err != nil {
+				return err
+			}
+			config, err := clientConfig(kubeconfig)
+			if err != nil {
+				return err
+			}
+			if metricsAddress != "" {
+				if err := serveMetrics(c.Context(), metricsAddress); err != nil {
+					return err
+				}
+			}
+			var events kubernetes.Interface
+			if recordEvents {
+				if events, err = kubernetes.NewForConfig(config); err != nil {
+					return err
+				}
+			}
+			return o.Run(c.Context(), config, events)
+		},
+	}
+	cmd.SetContext(ctx)
+	fs := cmd.Flags()
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the API serving samplecrd.k8s.io; empty uses the in-cluster config.")
+	fs.StringVar(&metricsAddress, "metrics-bind-address", "127.0.0.1:9469", "Address serving /metrics; empty turns it off.")
+	fs.BoolVar(&recordEvents, "record-events", true, "Record Kubernetes Events on Networks (needs the core API at the same endpoint).")
+	o.AddFlags(fs, false)
+	return cmd
+}
+
+func clientConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		return rest.InClusterConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", kubeconfig)
+}
+
+// serveMetrics serves the controller's and client-go's metrics until ctx is done.
+func serveMetrics(ctx context.Context, address string) error {
+	ln, err := net.Listen("tcp", address)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", legacyregistry.Handler())
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdown)
+	}()
+	go func() {
+		if err := server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			klog.ErrorS(err, "Serving metrics failed")
+		}
+	}()
+	klog.InfoS("Serving metrics", "address", ln.Addr().String())
+	return nil
+}

@@ -1,0 +1,128 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	networkcontroller "github.com/samplecrd/network-apiserver/pkg/controller/network"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
+	clientscheme "github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/scheme"
+	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/linux"
+)
+
+// ControllerOptions configure the Network controller, bundled or as `network-apiserver agent`.
+type ControllerOptions struct {
+	Enabled      bool
+	NodeName     string
+	CNIConfDir   string
+	BackendNetNS string
+	Workers      int
+	ResyncPeriod time.Duration
+	GCInterval   time.Duration
+}
+
+// NewControllerOptions returns the defaults; the node name defaults to the hostname.
+func NewControllerOptions() *ControllerOptions {
+	host, _ := os.Hostname()
+	return &ControllerOptions{
+		Enabled:      true,
+		NodeName:     host,
+		CNIConfDir:   "/etc/cni/net.d",
+		Workers:      2,
+		ResyncPeriod: 10 * time.Minute,
+		GCInterval:   5 * time.Minute,
+	}
+}
+
+// AddFlags adds the controller's flags; withToggle adds --controllers (the bundled form only).
+func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
+	if withToggle {
+		fs.BoolVar(&c.Enabled, "controllers", c.Enabled,
+			"Run the Network controller in-process, against this server, once it serves.")
+	}
+	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "Name of this node in status.nodes and in the controller's field manager.")
+	fs.StringVar(&c.CNIConfDir, "cni-conf-dir", c.CNIConfDir, "Directory the controller writes each Network's CNI configuration list to.")
+	fs.StringVar(&c.BackendNetNS, "backend-netns", c.BackendNetNS,
+		"Path of a network namespace (for example /var/run/netns/test) to confine bridges to; empty is the controller's own.")
+	fs.IntVar(&c.Workers, "controller-workers", c.Workers, "Networks reconciled in parallel.")
+	fs.DurationVar(&c.ResyncPeriod, "controller-resync-period", c.ResyncPeriod, "How often every Network is compared with the node again.")
+	fs.DurationVar(&c.GCInterval, "controller-gc-interval", c.GCInterval, "How often bridges and configurations without a Network are removed.")
+}
+
+// Validate checks the flags.
+func (c *ControllerOptions) Validate() []error {
+	if !c.Enabled {
+		return nil
+	}
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, fmt.Errorf("--node-name must not be empty"))
+	}
+	if c.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--controller-workers must be at least 1"))
+	}
+	if c.CNIConfDir == "" {
+		errs = append(errs, fmt.Errorf("--cni-conf-dir must not be empty"))
+	}
+	if c.ResyncPeriod <= 0 || c.GCInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--controller-resync-period and --controller-gc-interval must be positive"))
+	}
+	return errs
+}
+
+// Run runs the controller against the API at config until ctx is done. With events, it records
+// Kubernetes Events on Networks through that core API client.
+func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, events kubernetes.Interface) error {
+	config = rest.CopyConfig(config)
+	config.ContentType = runtime.ContentTypeProtobuf
+	config.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	client, err := versioned.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	backend, err := linux.New(linux.Config{NetNSPath: c.BackendNetNS, CNIConfDir: c.CNIConfDir})
+	if err != nil {
+		return fmt.Errorf("network backend: %w", err)
+	}
+	defer backend.Close()
+
+	opts := networkcontroller.Options{NodeName: c.NodeName, GCInterval: c.GCInterval}
+	if events != nil {
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
+		defer broadcaster.Shutdown()
+		opts.Recorder = broadcaster.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "network-controller", Host: c.NodeName})
+	}
+	factory := externalversions.NewSharedInformerFactory(client, c.ResyncPeriod)
+	controller, err := networkcontroller.New(client, factory.Samplecrd().V1().Networks(), backend, opts)
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	return controller.Run(ctx, c.Workers)
+}
+
+// runInBackground starts the controller and logs, rather than crashes on, its failure.
+func (c *ControllerOptions) runInBackground(ctx context.Context, config *rest.Config, events kubernetes.Interface) {
+	go func() {
+		if err := c.Run(ctx, config, events); err != nil {
+			klog.ErrorS(err, "The Network controller stopped")
+		}
+	}()
+}
+
+func aggregate(errs []error) error { return utilerrors.NewAggregate(errs) }
