@@ -23,25 +23,25 @@ package v1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Network) OpenAPIModelName() string {
-	return "io.k8s.samplecrd.v1.Network"
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.Network"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkList) OpenAPIModelName() string {
-	return "io.k8s.samplecrd.v1.NetworkList"
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkNodeStatus) OpenAPIModelName() string {
-	return "io.k8s.samplecrd.v1.NetworkNodeStatus"
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkNodeStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkSpec) OpenAPIModelName() string {
-	return "io.k8s.samplecrd.v1.NetworkSpec"
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkStatus) OpenAPIModelName() string {
-	return "io.k8s.samplecrd.v1.NetworkStatus"
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkStatus"
 }

@@ -3,7 +3,7 @@
 // +k8s:conversion-gen=github.com/samplecrd/network-apiserver/pkg/apis/samplecrd
 // +k8s:defaulter-gen=TypeMeta
 // +groupName=samplecrd.k8s.io
-// +k8s:openapi-model-package=io.k8s.samplecrd.v1beta1
+// +k8s:openapi-model-package=com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1beta1
 
 // Package v1beta1 is the first version of samplecrd.k8s.io, kept served for old clients. Its spec
 // names the prefix "subnet" and the gateway "gatewayIP"; hand-written conversions map them.

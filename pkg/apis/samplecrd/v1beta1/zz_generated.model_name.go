@@ -23,25 +23,25 @@ package v1beta1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Network) OpenAPIModelName() string {
-	return "io.k8s.samplecrd.v1beta1.Network"
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1beta1.Network"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkList) OpenAPIModelName() string {
-	return "io.k8s.samplecrd.v1beta1.NetworkList"
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1beta1.NetworkList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkNodeStatus) OpenAPIModelName() string {
-	return "io.k8s.samplecrd.v1beta1.NetworkNodeStatus"
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1beta1.NetworkNodeStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkSpec) OpenAPIModelName() string {
-	return "io.k8s.samplecrd.v1beta1.NetworkSpec"
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1beta1.NetworkSpec"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkStatus) OpenAPIModelName() string {
-	return "io.k8s.samplecrd.v1beta1.NetworkStatus"
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1beta1.NetworkStatus"
 }

@@ -1,0 +1,268 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clienttesting "k8s.io/client-go/testing"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/fake"
+	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/memory"
+)
+
+type fixture struct {
+	t          *testing.T
+	client     *fake.Clientset
+	backend    *memory.Backend
+	controller *Controller
+	indexer    interface {
+		Add(any) error
+		Update(any) error
+		Delete(any) error
+	}
+}
+
+func newFixture(t *testing.T, networks ...*v1.Network) *fixture {
+	t.Helper()
+	var objects []any
+	for _, n := range networks {
+		objects = append(objects, n)
+	}
+	client := fake.NewClientset()
+	for _, n := range networks {
+		if err := client.Tracker().Add(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	informer := externalversions.NewSharedInformerFactory(client, 0).Samplecrd().V1().Networks()
+	backend := memory.New()
+	c, err := New(client, informer, backend, Options{NodeName: "node-a", MaxRetries: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.queue.ShutDown)
+	f := &fixture{t: t, client: client, backend: backend, controller: c, indexer: informer.Informer().GetIndexer()}
+	for _, o := range objects {
+		if err := f.indexer.Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+func network(name, cidr, gateway string, generation int64) *v1.Network {
+	return &v1.Network{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: name, Generation: generation},
+		Spec:       v1.NetworkSpec{CIDR: cidr, Gateway: gateway},
+	}
+}
+
+// sync runs one reconcile of key and returns its result.
+func (f *fixture) sync(key string) (string, error) {
+	f.t.Helper()
+	f.client.ClearActions()
+	return f.controller.sync(context.Background(), key)
+}
+
+// statusApplies returns the status entries this node applied since the last sync.
+func (f *fixture) statusApplies() []v1.NetworkNodeStatus {
+	var out []v1.NetworkNodeStatus
+	for _, a := range f.client.Actions() {
+		patch, ok := a.(clienttesting.PatchAction)
+		if !ok || a.GetSubresource() != "status" {
+			continue
+		}
+		got, err := f.client.SamplecrdV1().Networks(patch.GetNamespace()).Get(context.Background(), patch.GetName(), metav1.GetOptions{})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		for _, n := range got.Status.Nodes {
+			if n.NodeName == "node-a" {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// refresh copies the stored Network (with the status the controller wrote) into the lister.
+func (f *fixture) refresh(name string) *v1.Network {
+	f.t.Helper()
+	n, err := f.client.SamplecrdV1().Networks("team").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.indexer.Update(n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+func TestCreateThenResyncWritesNothing(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	result, err := f.sync("team/web")
+	if err != nil || result != "changed" {
+		t.Fatalf("first sync: %s, %v", result, err)
+	}
+	actual := f.backend.Get("team/web")
+	if actual == nil || actual.Bridge != netbackend.BridgeName("team/web") || !actual.Up ||
+		len(actual.Addresses) != 1 || actual.Addresses[0] != netip.MustParsePrefix("10.1.0.1/24") {
+		t.Fatalf("backend after create: %+v", actual)
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || !applied[0].Ready || applied[0].ObservedGeneration != 1 || applied[0].Bridge != actual.Bridge {
+		t.Fatalf("status entries applied: %+v", applied)
+	}
+	applied2 := false
+	for _, mf := range f.refresh("web").ManagedFields {
+		applied2 = applied2 || (mf.Manager == FieldManagerPrefix+"node-a" && mf.Operation == metav1.ManagedFieldsOperationApply)
+	}
+	if !applied2 {
+		t.Errorf("no server-side apply by field manager %s in %+v", FieldManagerPrefix+"node-a", f.refresh("web").ManagedFields)
+	}
+
+	f.backend.ResetCounts()
+	result, err = f.sync("team/web")
+	if err != nil || result != "in_sync" {
+		t.Fatalf("resync: %s, %v", result, err)
+	}
+	if w := f.backend.Counts().Writes; w != 0 {
+		t.Errorf("a resync of an unchanged Network made %d backend writes", w)
+	}
+	if n := len(f.client.Actions()); n != 0 {
+		t.Errorf("a resync of an unchanged Network made %d API calls: %v", n, f.client.Actions())
+	}
+}
+
+func TestGatewayChangeIsApplied(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	n := f.refresh("web")
+	n.Spec.Gateway, n.Generation = "10.1.0.254", 2
+	if _, err := f.client.SamplecrdV1().Networks("team").Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.refresh("web")
+	if result, err := f.sync("team/web"); err != nil || result != "changed" {
+		t.Fatalf("sync after the gateway change: %s, %v", result, err)
+	}
+	if a := f.backend.Get("team/web"); len(a.Addresses) != 1 || a.Addresses[0] != netip.MustParsePrefix("10.1.0.254/24") {
+		t.Fatalf("addresses after the gateway change: %v", a.Addresses)
+	}
+	if applied := f.statusApplies(); len(applied) != 1 || applied[0].ObservedGeneration != 2 || !applied[0].Ready {
+		t.Fatalf("status after the gateway change: %+v", applied)
+	}
+}
+
+func TestDriftIsRepaired(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	f.refresh("web")
+	f.backend.DeleteBridge("team/web")
+	if result, err := f.sync("team/web"); err != nil || result != "changed" {
+		t.Fatalf("sync after drift: %s, %v", result, err)
+	}
+	if a := f.backend.Get("team/web"); a == nil || a.Bridge == "" || !a.Up {
+		t.Fatalf("bridge not repaired: %+v", a)
+	}
+	if applied := f.statusApplies(); len(applied) != 0 {
+		t.Errorf("repairing drift rewrote an unchanged status: %+v", applied)
+	}
+}
+
+func TestDeletedNetworkIsRemoved(t *testing.T) {
+	n := network("web", "10.1.0.0/24", "10.1.0.1", 1)
+	f := newFixture(t, n)
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.indexer.Delete(n); err != nil {
+		t.Fatal(err)
+	}
+	if result, err := f.sync("team/web"); err != nil || result != "removed" {
+		t.Fatalf("sync after delete: %s, %v", result, err)
+	}
+	if a := f.backend.Get("team/web"); a != nil {
+		t.Fatalf("bridge left behind: %+v", a)
+	}
+	if result, err := f.sync("team/web"); err != nil || result != "in_sync" {
+		t.Fatalf("a second sync after delete: %s, %v", result, err)
+	}
+}
+
+func TestOrphansAreCollected(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	f.backend.Put(netbackend.Actual{Key: "team/gone", Bridge: netbackend.BridgeName("team/gone"), Up: true})
+	f.controller.collectGarbage(context.Background())
+	if n := f.controller.queue.Len(); n != 1 {
+		t.Fatalf("%d keys queued by garbage collection, want only the orphan", n)
+	}
+	if !f.controller.processNextWorkItem(context.Background()) {
+		t.Fatal("queue shut down")
+	}
+	if f.backend.Get("team/gone") != nil || f.backend.Get("team/web") == nil {
+		t.Fatalf("after collection: orphan %+v, live %+v", f.backend.Get("team/gone"), f.backend.Get("team/web"))
+	}
+}
+
+func TestBackendFailureIsReportedAndRetried(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	f.backend.SetFailure("team/web", netbackend.Errorf(netbackend.ReasonAddressInUse, "10.1.0.1 is on eth0"))
+	f.controller.queue.Add("team/web")
+	f.client.ClearActions()
+	if !f.controller.processNextWorkItem(context.Background()) {
+		t.Fatal("queue shut down")
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || applied[0].Ready || applied[0].Reason != netbackend.ReasonAddressInUse || applied[0].Message != "10.1.0.1 is on eth0" {
+		t.Fatalf("status after a failure: %+v", applied)
+	}
+	if n := f.controller.queue.NumRequeues("team/web"); n != 1 {
+		t.Fatalf("requeues after a failure: %d, want 1 (rate limited retry)", n)
+	}
+	f.refresh("web")
+	f.backend.SetFailure("team/web", nil)
+	if result, err := f.sync("team/web"); err != nil || result != "changed" {
+		t.Fatalf("sync after the failure cleared: %s, %v", result, err)
+	}
+	if applied := f.statusApplies(); len(applied) != 1 || !applied[0].Ready || applied[0].Reason != "" {
+		t.Fatalf("status after recovery: %+v", applied)
+	}
+}
+
+func TestRetriesAreCapped(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	f.backend.SetFailure("team/web", errors.New("boom"))
+	for range 3 { // MaxRetries is 2: the third failure gives up until the next change or resync
+		f.controller.queue.Add("team/web")
+		f.controller.processNextWorkItem(context.Background())
+		f.controller.queue.Forget("team/web") // drop the delayed add; count via NumRequeues below
+	}
+	if n := f.controller.queue.NumRequeues("team/web"); n != 0 {
+		t.Fatalf("requeues after giving up: %d, want 0", n)
+	}
+}
+
+func TestInterfaceNotOursIsReported(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	f.backend.Occupy("team/web")
+	if _, err := f.sync("team/web"); err == nil {
+		t.Fatal("sync succeeded over a foreign interface")
+	}
+	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Ready || applied[0].Reason != netbackend.ReasonNotOurs {
+		t.Fatalf("status with a foreign interface: %+v", applied)
+	}
+}
