@@ -3,13 +3,10 @@ package linux
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,119 +14,27 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
 
-// requireRoot skips tests that create network namespaces when not run as root.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: this test creates network namespaces, bridges and veths, which needs root (run go test as root)")
-	}
-}
-
-var nsSeq atomic.Int64
-
-// testNS is a network namespace made for one test and deleted with it (and with it everything
-// in it: bridges, veths, addresses).
+// The namespace helpers live in netnstest, shared with the integration tests.
 type testNS struct {
+	*netnstest.NS
 	name, path string
 	handle     netns.NsHandle
-	nl         *netlink.Handle // requests from the test itself, in the namespace
+	nl         *netlink.Handle
 }
 
-// newNS creates a named network namespace. netns.NewNamed moves the calling thread into the
-// new namespace, so it runs on a goroutine of its own that locks its thread and never unlocks
-// it: the Go runtime ends that thread with the goroutine and no other goroutine ever runs in
-// the namespace. The test then uses handles only.
+func requireRoot(t *testing.T) { netnstest.RequireRoot(t) }
+
 func newNS(t *testing.T, role string) *testNS {
-	t.Helper()
-	name := fmt.Sprintf("nbtest-%d-%s-%d", os.Getpid(), role, nsSeq.Add(1))
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // deliberately never unlocked, see above
-		h, err := netns.NewNamed(name)
-		if err == nil {
-			err = h.Close()
-		}
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
-		_ = netns.DeleteNamed(name)
-		t.Fatalf("creating network namespace %s: %v", name, err)
-	}
-	ns := &testNS{name: name, path: "/var/run/netns/" + name}
-	t.Cleanup(func() {
-		if ns.nl != nil {
-			ns.nl.Close()
-		}
-		if ns.handle.IsOpen() {
-			_ = ns.handle.Close()
-		}
-		if err := netns.DeleteNamed(name); err != nil {
-			t.Errorf("deleting network namespace %s: %v", name, err)
-		}
-	})
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		t.Fatalf("opening network namespace %s: %v", name, err)
-	}
-	ns.handle = h
-	if ns.nl, err = netlink.NewHandleAt(h); err != nil {
-		t.Fatalf("netlink handle in %s: %v", name, err)
-	}
-	return ns
+	ns := netnstest.New(t, role)
+	return &testNS{NS: ns, name: ns.Name, path: ns.Path, handle: ns.Handle, nl: ns.Netlink}
 }
 
-// inNS runs fn on a thread that is in the namespace at path, and moves that thread back
-// afterwards (a thread that cannot be moved back is left locked, so the runtime ends it).
-func inNS(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer func() { _ = orig.Close() }()
-		target, err := netns.GetFromPath(path)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer func() { _ = target.Close() }()
-		if err := netns.Set(target); err != nil {
-			errc <- err
-			return
-		}
-		fnErr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(fnErr, fmt.Errorf("moving the thread back: %w", err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- fnErr
-	}()
-	return <-errc
-}
+func inNS(path string, fn func() error) error { return netnstest.InNS(path, fn) }
 
-// disableDAD turns IPv6 duplicate address detection off in ns for interfaces created later, so
-// that no address changes state asynchronously (a link-local address leaving "tentative" would
-// be a notification nobody caused).
-func (ns *testNS) disableDAD(t *testing.T) {
-	t.Helper()
-	err := inNS(ns.path, func() error {
-		for _, conf := range []string{"all", "default"} {
-			if err := os.WriteFile("/proc/sys/net/ipv6/conf/"+conf+"/accept_dad", []byte("0"), 0o644); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("disabling DAD in %s: %v", ns.name, err)
-	}
-}
+func (ns *testNS) disableDAD(t *testing.T) { ns.DisableDAD(t) }
 
 // link returns the link called name in ns, nil when there is none.
 func (ns *testNS) link(t *testing.T, name string) netlink.Link {
