@@ -77,12 +77,20 @@ func (o *Options) admissionInitializers(c *genericapiserver.RecommendedConfig) (
 	return []admission.PluginInitializer{networkinitializer.New(source, apiserver.Scheme)}, nil
 }
 
+// validateStandaloneAdmission refuses plugins that need a core Kubernetes API.
+func validateStandaloneAdmission(a *genericoptions.AdmissionOptions) error {
+	if needCore := sets.New(a.EnablePlugins...).Difference(sets.New(ourPlugins...)); needCore.Len() > 0 {
+		return fmt.Errorf("--enable-admission-plugins %v need a core Kubernetes API; standalone mode runs only %v", sets.List(needCore), ourPlugins)
+	}
+	return nil
+}
+
 // standaloneAdmission builds the chain of our plugins alone, honouring --enable-admission-plugins
 // and --disable-admission-plugins; plugins that need a core API are refused.
 func (o *Options) standaloneAdmission(c *genericapiserver.RecommendedConfig) error {
 	a := o.admission
-	if needCore := sets.New(a.EnablePlugins...).Difference(sets.New(ourPlugins...)); needCore.Len() > 0 {
-		return fmt.Errorf("--enable-admission-plugins %v need a core Kubernetes API; standalone mode runs only %v", sets.List(needCore), ourPlugins)
+	if err := validateStandaloneAdmission(a); err != nil {
+		return err
 	}
 	off := sets.New(a.DisablePlugins...).Union(a.DefaultOffPlugins.Difference(sets.New(a.EnablePlugins...)))
 	var names []string

@@ -147,6 +147,9 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Recommended.Validate()...)
 	if o.admission != nil {
 		errs = append(errs, o.admission.Validate()...)
+		if err := validateStandaloneAdmission(o.admission); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	errs = append(errs, o.Controller.Validate()...)
 	if o.DataDir == "" {

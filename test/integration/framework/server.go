@@ -83,6 +83,7 @@ func Start(dataDir string, extraFlags ...string) (*Server, error) {
 	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-s.done:
+			s.done <- err // for Stop
 			return false, fmt.Errorf("server exited before it was ready: %v", err)
 		default:
 		}
@@ -90,6 +91,9 @@ func Start(dataDir string, extraFlags ...string) (*Server, error) {
 		if err != nil {
 			return false, nil
 		}
+		// After a restart on the same data dir the kubeconfig may still name the old port
+		// until the post-start hook rewrites it; the listener is the truth.
+		cfg.Host = s.URL
 		client, err := rest.HTTPClientFor(cfg)
 		if err != nil {
 			return false, err

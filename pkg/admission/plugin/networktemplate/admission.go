@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -156,6 +157,12 @@ func validateDefaulted(n *samplecrd.Network) sets.Set[string] {
 	out := sets.New[string]()
 	for _, e := range validation.ValidateNetwork(c) {
 		out.Insert(e.Error())
+	}
+	// Validation cannot check a gateway against a prefix that is yet to be allocated for
+	// spec.prefixLength; it will not be inside it, so a template must not bring one.
+	if c.Spec.CIDR == "" && c.Spec.PrefixLength > 0 && c.Spec.Gateway != "" {
+		out.Insert(field.Invalid(field.NewPath("spec", "gateway"), c.Spec.Gateway,
+			"cannot be chosen before spec.cidr is allocated from spec.prefixLength").Error())
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -160,14 +161,30 @@ func (a *Allocations) release(scope string, p netip.Prefix, owner allocator.Owne
 	}
 }
 
+// repairPageSize is the limit of each list Repair makes. A list with a limit is served from etcd
+// while the watch cache is still initialising, as it may be when the repair at start runs; a list
+// without one fails then ("storage is (re)initializing"), and a failed post-start hook kills the
+// server.
+const repairPageSize = 500
+
 // Repair rebuilds the allocations from the stored Networks, leaving claims younger than grace alone.
 func (a *Allocations) Repair(ctx context.Context, store *REST, grace time.Duration) error {
-	list, err := store.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll), nil)
-	if err != nil {
-		return fmt.Errorf("listing networks: %w", err)
+	var networks []samplecrd.Network
+	opts := &metainternalversion.ListOptions{Limit: repairPageSize}
+	for {
+		list, err := store.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll), opts)
+		if err != nil {
+			return fmt.Errorf("listing networks: %w", err)
+		}
+		page := list.(*samplecrd.NetworkList)
+		networks = append(networks, page.Items...)
+		if page.Continue == "" {
+			break
+		}
+		opts = &metainternalversion.ListOptions{Limit: repairPageSize, Continue: page.Continue}
 	}
 	var desired []allocator.Desired
-	for _, n := range list.(*samplecrd.NetworkList).Items {
+	for _, n := range networks {
 		if p, err := netip.ParsePrefix(n.Spec.CIDR); err == nil {
 			desired = append(desired, allocator.Desired{
 				Scope: a.scope(n.Namespace), Prefix: p,
