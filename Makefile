@@ -6,7 +6,7 @@ DATA_DIR ?= $(CURDIR)/.data
 PORT ?= 8443
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
-.PHONY: all build run test test-unit test-integration verify codegen tools clean
+.PHONY: all build run test test-unit test-integration test-e2e verify codegen tools clean
 
 all: build
 
@@ -24,14 +24,21 @@ run: build
 	@echo "kubectl v1.37.2 is at $(BIN)/kubectl (export PATH=$(BIN):\$$PATH)"
 	$(BIN)/network-apiserver --data-dir $(DATA_DIR) --bind-address 127.0.0.1 --secure-port $(PORT)
 
-## test: verify, then unit, integration and end-to-end tests
-test: verify test-unit test-integration
+## test: verify, then unit, integration and end-to-end tests (root: the network tests make namespaces)
+test: verify test-unit test-integration test-e2e
 
 test-unit:
+	hack/install-deps.sh netns
 	$(GO) test $(GO_TEST_FLAGS) ./pkg/... ./cmd/... ./hack/openapi-schema/...
 
 test-integration:
+	hack/install-deps.sh netns
 	$(GO) test $(GO_TEST_FLAGS) ./test/integration/...
+
+## test-e2e: the built binary driven by the pinned kubectl (the first run builds kubectl: minutes)
+test-e2e: build
+	hack/build-tools.sh kubectl
+	$(GO) test $(GO_TEST_FLAGS) ./test/e2e/...
 
 ## verify: gofmt, go vet, go.mod tidy and fresh generated code
 verify:

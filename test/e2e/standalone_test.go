@@ -1,0 +1,213 @@
+// Package e2e runs the built network-apiserver binary and drives it with the pinned kubectl, the
+// way a person following the README does.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
+)
+
+var repoRoot = func() string { d, _ := filepath.Abs("../.."); return d }()
+
+// tool returns the path of a binary built by make (KUBECTL / SERVER override).
+func tool(t *testing.T, env, name string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		p = filepath.Join(repoRoot, "_output", "bin", name)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s not found at %s (make test builds it: hack/build-tools.sh kubectl, make build): %v", name, p, err)
+	}
+	return p
+}
+
+// standalone is a network-apiserver process started from the binary.
+type standalone struct {
+	cmd        *exec.Cmd
+	kubeconfig string
+	url        string
+	log        *bytes.Buffer
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startStandalone(t *testing.T, args ...string) *standalone {
+	t.Helper()
+	dataDir := t.TempDir()
+	port := freePort(t)
+	s := &standalone{log: &bytes.Buffer{}, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), url: fmt.Sprintf("https://127.0.0.1:%d", port)}
+	s.cmd = exec.Command(tool(t, "SERVER", "network-apiserver"), append([]string{
+		"--data-dir", dataDir, "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port),
+	}, args...)...)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- s.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("network-apiserver did not exit cleanly on SIGTERM: %v\n%s", err, tail(s.log))
+			}
+		case <-time.After(60 * time.Second):
+			_ = s.cmd.Process.Kill()
+			t.Errorf("network-apiserver still running 60s after SIGTERM")
+		}
+	})
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-exited:
+			exited <- err
+			return false, fmt.Errorf("network-apiserver exited: %v", err)
+		default:
+		}
+		// The kubectl line is printed once the admin kubeconfig is written.
+		return strings.Contains(s.log.String(), "kubectl --kubeconfig "+s.kubeconfig), nil
+	})
+	if err != nil {
+		t.Fatalf("network-apiserver not ready: %v\n%s", err, tail(s.log))
+	}
+	return s
+}
+
+func tail(b *bytes.Buffer) string {
+	s := b.String()
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}
+
+// kubectl runs the pinned kubectl against the server and returns its output.
+func (s *standalone) kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := s.kubectlErr(args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (s *standalone) kubectlErr(args ...string) (string, error) {
+	cmd := exec.Command(os.Getenv("E2E_KUBECTL"), append([]string{"--kubeconfig", s.kubeconfig}, args...)...)
+	cmd.Dir = repoRoot
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func TestStandaloneWithKubectl(t *testing.T) {
+	netnstest.RequireRoot(t)
+	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
+	ns := netnstest.New(t, "e2e")
+	s := startStandalone(t, "--backend-netns", ns.Path, "--cni-conf-dir", t.TempDir(), "--node-name", "e2e-node")
+
+	if out := s.kubectl(t, "version"); !strings.Contains(out, "v1.37.2") {
+		t.Errorf("kubectl version does not say v1.37.2:\n%s", out)
+	}
+	if out := s.kubectl(t, "api-resources", "--api-group", "samplecrd.k8s.io"); !regexpLine(out, `networks\s+net\s+samplecrd.k8s.io/v1\s+true\s+Network`) {
+		t.Errorf("api-resources:\n%s", out)
+	}
+	if out := s.kubectl(t, "apply", "-f", "artifacts/examples/network.yaml"); !strings.Contains(out, "network.samplecrd.k8s.io/backend created") {
+		t.Fatalf("apply:\n%s", out)
+	}
+	// The controller realises it in the test's namespace and the server derives Ready.
+	var out string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		out = s.kubectl(t, "get", "networks")
+		return regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+True\s+\S+`), nil
+	})
+	if err != nil {
+		t.Fatalf("kubectl get networks never showed backend Ready:\n%s", out)
+	}
+	if !regexpLine(out, `NAME\s+CIDR\s+GATEWAY\s+READY\s+AGE`) {
+		t.Errorf("columns:\n%s", out)
+	}
+	if out := s.kubectl(t, "get", "net", "-o", "wide"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+True\s+\S+\s+Realized\s+1`) {
+		t.Errorf("get -o wide:\n%s", out)
+	}
+	if out := s.kubectl(t, "explain", "network.spec.cidr"); !strings.Contains(out, "canonical form") || !strings.Contains(out, "FIELD: cidr <string>") {
+		t.Errorf("explain network.spec.cidr:\n%s", out)
+	}
+	if out := s.kubectl(t, "get", "net", "--field-selector", "spec.cidr=10.10.0.0/24", "-o", "name"); strings.TrimSpace(out) != "network.samplecrd.k8s.io/backend" {
+		t.Errorf("field selector:\n%s", out)
+	}
+	// The older version, converted both ways.
+	s.kubectl(t, "apply", "-f", "artifacts/examples/network-v1beta1.yaml")
+	if out := s.kubectl(t, "get", "networks.v1.samplecrd.k8s.io", "legacy", "-o", "jsonpath={.spec.cidr} {.spec.gateway}"); out != "10.11.0.0/24 10.11.0.254" {
+		t.Errorf("v1beta1 Network read through v1: %q", out)
+	}
+	if out := s.kubectl(t, "get", "networks.v1beta1.samplecrd.k8s.io", "backend", "-o", "jsonpath={.spec.subnet} {.spec.gatewayIP}"); out != "10.10.0.0/24 10.10.0.1" {
+		t.Errorf("v1 Network read through v1beta1: %q", out)
+	}
+	// Bad input: a clear error, nothing stored.
+	bad := `{"apiVersion":"samplecrd.k8s.io/v1","kind":"Network","metadata":{"name":"bad"},"spec":{"cidr":"192.168.0.1/16"}}`
+	cmd := exec.Command(os.Getenv("E2E_KUBECTL"), "--kubeconfig", s.kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(bad)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), `must be in canonical form "192.168.0.0/16"`) {
+		t.Errorf("bad cidr: err %v\n%s", err, out)
+	}
+	if out, _ := s.kubectlErr("get", "network", "bad"); !strings.Contains(out, "NotFound") && !strings.Contains(out, "not found") {
+		t.Errorf("a rejected Network was stored:\n%s", out)
+	}
+	// Raw discovery with the admin credentials, like the README's curl lines.
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		"/apis/samplecrd.k8s.io":    `"preferredVersion":{"groupVersion":"samplecrd.k8s.io/v1"`,
+		"/apis/samplecrd.k8s.io/v1": `"name":"networks/status"`,
+	} {
+		resp, err := client.Get(s.url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := new(bytes.Buffer)
+		_, _ = body.ReadFrom(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(strings.ReplaceAll(body.String(), " ", ""), want) {
+			t.Errorf("GET %s: %d\n%s", path, resp.StatusCode, body)
+		}
+	}
+	// Anonymous requests are refused.
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: mustTLS(t, cfg)}}
+	if resp, err := anon.Get(s.url + "/apis/samplecrd.k8s.io/v1/networks"); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("anonymous list: %v %v, want 401", resp.StatusCode, err)
+	}
+	s.kubectl(t, "delete", "-f", "artifacts/examples/network.yaml")
+	if out := s.kubectl(t, "get", "networks", "-o", "name"); strings.Contains(out, "backend") {
+		t.Errorf("backend still listed after delete:\n%s", out)
+	}
+}
