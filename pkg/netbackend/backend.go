@@ -27,6 +27,31 @@ type Desired struct {
 // DefaultMTU is the bridge MTU when a Network does not ask for another.
 const DefaultMTU = 1500
 
+// EffectiveMTU is d.MTU, or DefaultMTU when d does not set one.
+func (d Desired) EffectiveMTU() int {
+	if d.MTU == 0 {
+		return DefaultMTU
+	}
+	return d.MTU
+}
+
+// Validate checks what every backend requires of a Desired.
+func (d Desired) Validate() error {
+	switch {
+	case d.Key == "":
+		return Errorf(ReasonBackendError, "network key is empty")
+	case !d.Prefix.IsValid():
+		return Errorf(ReasonBackendError, "network %s: invalid prefix", d.Key)
+	case !d.Gateway.IsValid() || d.Gateway.Zone() != "":
+		return Errorf(ReasonBackendError, "network %s: invalid gateway %v", d.Key, d.Gateway)
+	case !d.Prefix.Contains(d.Gateway):
+		return Errorf(ReasonBackendError, "network %s: gateway %s is not in %s", d.Key, d.Gateway, d.Prefix)
+	case d.MTU != 0 && (d.MTU < 68 || d.MTU > 65535):
+		return Errorf(ReasonBackendError, "network %s: MTU %d out of range", d.Key, d.MTU)
+	}
+	return nil
+}
+
 // Actual is what a backend found on the node for one Network.
 type Actual struct {
 	Key    string

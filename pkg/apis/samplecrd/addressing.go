@@ -18,3 +18,13 @@ func DefaultGateway(cidr string) string {
 	}
 	return gw.String()
 }
+
+// LastAddress returns the highest address of a prefix (its broadcast address for IPv4).
+func LastAddress(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}

@@ -100,10 +100,7 @@ func RenderConfig(d netbackend.Desired, ipamDataDir string) ([]byte, error) {
 	if d.Gateway.Is6() {
 		defaultRoute = "::/0"
 	}
-	mtu := d.MTU
-	if mtu == 0 {
-		mtu = netbackend.DefaultMTU
-	}
+	mtu := d.EffectiveMTU()
 	list := confList{
 		CNIVersion: CNIVersion,
 		Name:       NetworkName(d.Key),

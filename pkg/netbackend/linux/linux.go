@@ -232,22 +232,12 @@ func (b *Backend) forget(key string) {
 	}
 }
 
+// validate adds the linux backend's own limit to what every backend requires.
 func validate(d netbackend.Desired) error {
-	switch {
-	case d.Key == "":
-		return netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
-	case len(Alias(d.Key)) > maxAliasLen:
+	if len(Alias(d.Key)) > maxAliasLen {
 		return netbackend.Errorf(netbackend.ReasonBackendError, "network key %q is too long to record in an interface alias", d.Key)
-	case !d.Prefix.IsValid():
-		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: invalid prefix", d.Key)
-	case !d.Gateway.IsValid() || d.Gateway.Zone() != "":
-		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: invalid gateway %v", d.Key, d.Gateway)
-	case !d.Prefix.Contains(d.Gateway):
-		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: gateway %s is not in %s", d.Key, d.Gateway, d.Prefix)
-	case d.MTU != 0 && (d.MTU < 68 || d.MTU > 65535):
-		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: MTU %d out of range", d.Key, d.MTU)
 	}
-	return nil
+	return d.Validate()
 }
 
 // Observe implements netbackend.Backend. An interface or file with our name that is not ours
@@ -298,10 +288,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	if err != nil {
 		return nil, netbackend.Errorf(netbackend.ReasonBackendError, "%v", err)
 	}
-	mtu := d.MTU
-	if mtu == 0 {
-		mtu = netbackend.DefaultMTU
-	}
+	mtu := d.EffectiveMTU()
 	name := netbackend.BridgeName(d.Key)
 	confPath := ConfPath(b.cfg.CNIConfDir, d.Key)
 

@@ -61,35 +61,11 @@ func CNIConfig(d netbackend.Desired) []byte {
 		Subnet  string `json:"subnet"`
 		Gateway string `json:"gateway"`
 		MTU     int    `json:"mtu"`
-	}{d.Key, netbackend.BridgeName(d.Key), d.Prefix.Masked().String(), d.Gateway.String(), mtuOf(d)})
+	}{d.Key, netbackend.BridgeName(d.Key), d.Prefix.Masked().String(), d.Gateway.String(), d.EffectiveMTU()})
 	if err != nil {
 		panic(err) // cannot happen: only strings and ints
 	}
 	return b
-}
-
-func mtuOf(d netbackend.Desired) int {
-	if d.MTU == 0 {
-		return netbackend.DefaultMTU
-	}
-	return d.MTU
-}
-
-// Validate checks what every backend requires of a Desired.
-func validate(d netbackend.Desired) error {
-	switch {
-	case d.Key == "":
-		return netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
-	case !d.Prefix.IsValid():
-		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: invalid prefix", d.Key)
-	case !d.Gateway.IsValid() || d.Gateway.Zone() != "":
-		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: invalid gateway %v", d.Key, d.Gateway)
-	case !d.Prefix.Contains(d.Gateway):
-		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: gateway %s is not in %s", d.Key, d.Gateway, d.Prefix)
-	case d.MTU != 0 && (d.MTU < 68 || d.MTU > 65535):
-		return netbackend.Errorf(netbackend.ReasonBackendError, "network %s: MTU %d out of range", d.Key, d.MTU)
-	}
-	return nil
 }
 
 // Observe implements netbackend.Backend.
@@ -112,7 +88,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.counts.Ensure++
-	if err := validate(d); err != nil {
+	if err := d.Validate(); err != nil {
 		return nil, err
 	}
 	if err := b.failures[d.Key]; err != nil {
@@ -147,7 +123,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 		changes = append(changes, fmt.Sprintf("added address %s to %s", want, bridge))
 	}
 	a.Addresses = kept
-	if mtu := mtuOf(d); a.MTU != mtu {
+	if mtu := d.EffectiveMTU(); a.MTU != mtu {
 		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", bridge, a.MTU, mtu))
 		a.MTU = mtu
 	}

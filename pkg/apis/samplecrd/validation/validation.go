@@ -149,18 +149,8 @@ func validateGateway(gateway string, prefix netip.Prefix, path *field.Path) fiel
 	if gw == prefix.Addr() {
 		return field.ErrorList{field.Invalid(path, gateway, fmt.Sprintf("must not be the network address of %s", prefix))}
 	}
-	if gw.Is4() && gw == lastAddress(prefix) {
+	if gw.Is4() && gw == samplecrd.LastAddress(prefix) {
 		return field.ErrorList{field.Invalid(path, gateway, fmt.Sprintf("must not be the broadcast address of %s", prefix))}
 	}
 	return nil
-}
-
-// lastAddress returns the highest address of a masked prefix.
-func lastAddress(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/hex"
 	"math/big"
 	"net/netip"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
 
 // An allocation is stored under <root>/<scope>/<family>/<start address as fixed-width hex>, so
@@ -27,15 +29,8 @@ func addrFromHex(s string) (netip.Addr, bool) {
 	return netip.AddrFromSlice(b)
 }
 
-// lastAddr is the highest address of a masked prefix.
-func lastAddr(p netip.Prefix) netip.Addr {
-	b := p.Addr().AsSlice()
-	for i := p.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
-}
+// lastAddr is the highest address of a prefix.
+var lastAddr = samplecrd.LastAddress
 
 func addrToInt(a netip.Addr) *big.Int { return new(big.Int).SetBytes(a.AsSlice()) }
 
