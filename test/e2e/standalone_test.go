@@ -201,6 +201,19 @@ func TestStandaloneWithKubectl(t *testing.T) {
 			t.Errorf("GET %s: %d\n%s", path, resp.StatusCode, body)
 		}
 	}
+	// The bundled controller's metrics are on the server's /metrics.
+	resp, err := client.Get(s.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := new(bytes.Buffer)
+	_, _ = metrics.ReadFrom(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`network_controller_reconcile_total{result="changed"}`, `workqueue_adds_total{name="network"}`, "network_controller_reconcile_duration_seconds_bucket"} {
+		if !strings.Contains(metrics.String(), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	// Anonymous requests are refused.
 	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: mustTLS(t, cfg)}}
 	if resp, err := anon.Get(s.url + "/apis/samplecrd.k8s.io/v1/networks"); err != nil || resp.StatusCode != http.StatusUnauthorized {
