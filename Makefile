@@ -5,6 +5,15 @@ BIN := $(CURDIR)/_output/bin
 DATA_DIR ?= $(CURDIR)/.data
 PORT ?= 8443
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
+# /version reports the k8s.io/apiserver level the server is built on (it also sets the server's
+# emulation version, so it must be a Kubernetes version) and this repository's commit.
+KUBE_VERSION := v1.37.2
+GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+GIT_TREE := $(shell test -z "$$(git status --porcelain 2>/dev/null)" && echo clean || echo dirty)
+VERSION_PKG := k8s.io/component-base/version
+LDFLAGS := -X $(VERSION_PKG).gitVersion=$(KUBE_VERSION) -X $(VERSION_PKG).gitMajor=1 -X $(VERSION_PKG).gitMinor=37 \
+  -X $(VERSION_PKG).gitCommit=$(GIT_COMMIT) -X $(VERSION_PKG).gitTreeState=$(GIT_TREE) \
+  -X $(VERSION_PKG).buildDate=$(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 
 .PHONY: all build run test test-unit test-integration test-e2e verify codegen tools clean
 
@@ -12,7 +21,7 @@ all: build
 
 ## build: the server binary, into _output/bin
 build:
-	$(GO) build -o $(BIN)/network-apiserver ./cmd/network-apiserver
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/network-apiserver ./cmd/network-apiserver
 
 ## tools: kubectl, kube-apiserver, kube-controller-manager and etcd at pinned versions (first time: minutes)
 tools:
