@@ -2,9 +2,15 @@
 
 // Package tools pins the code generators and developer tools that hack/ scripts build into
 // _output/bin. It is a module of its own so that the tools never change the server's dependencies.
+//
+// The Kubernetes and etcd binaries come from hack/build-tools.sh: kube-apiserver and
+// kube-controller-manager are main packages of k8s.io/kubernetes (imported below so that go mod
+// tidy keeps what they need), while kubectl and etcd are main packages of this module, under cmd/.
 package tools
 
 import (
+	_ "github.com/containernetworking/plugins/plugins/ipam/host-local"
+	_ "github.com/containernetworking/plugins/plugins/main/bridge"
 	_ "golang.org/x/tools/cmd/goimports"
 	_ "k8s.io/code-generator/cmd/applyconfiguration-gen"
 	_ "k8s.io/code-generator/cmd/client-gen"
@@ -16,4 +22,6 @@ import (
 	_ "k8s.io/code-generator/cmd/informer-gen"
 	_ "k8s.io/code-generator/cmd/lister-gen"
 	_ "k8s.io/kube-openapi/cmd/openapi-gen"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 )
