@@ -4,6 +4,7 @@ GO ?= go
 BIN := $(CURDIR)/_output/bin
 DATA_DIR ?= $(CURDIR)/.data
 PORT ?= 8443
+LOCAL_CLUSTER_DIR ?= $(CURDIR)/_output/local-cluster
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 # /version reports the k8s.io/apiserver level the server is built on (it also sets the server's
 # emulation version, so it must be a Kubernetes version) and this repository's commit.
@@ -15,7 +16,7 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(KUBE_VERSION) -X $(VERSION_PKG).gitMaj
   -X $(VERSION_PKG).gitCommit=$(GIT_COMMIT) -X $(VERSION_PKG).gitTreeState=$(GIT_TREE) \
   -X $(VERSION_PKG).buildDate=$(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 
-.PHONY: all build run test test-unit test-integration test-e2e verify codegen tools clean
+.PHONY: all build run test test-unit test-integration test-e2e verify codegen tools clean cluster-up cluster-down
 
 all: build
 
@@ -33,6 +34,16 @@ run: build
 	@echo "kubectl v1.37.2 is at $(BIN)/kubectl (export PATH=$(BIN):\$$PATH)"
 	$(BIN)/network-apiserver --data-dir $(DATA_DIR) --bind-address 127.0.0.1 --secure-port $(PORT)
 
+## cluster-up: etcd, kube-apiserver and network-apiserver behind its aggregation layer, on loopback,
+## state in $(LOCAL_CLUSTER_DIR) (hack/local-up-cluster.sh lists the ports)
+cluster-up: build
+	hack/build-tools.sh
+	LOCAL_CLUSTER_DIR=$(LOCAL_CLUSTER_DIR) hack/local-up-cluster.sh up
+
+## cluster-down: stop what cluster-up started and remove its state dir
+cluster-down:
+	LOCAL_CLUSTER_DIR=$(LOCAL_CLUSTER_DIR) hack/local-up-cluster.sh down
+
 ## test: verify, then unit, integration and end-to-end tests (root: the network tests make namespaces)
 test: verify test-unit test-integration test-e2e
 
@@ -44,9 +55,11 @@ test-integration:
 	hack/install-deps.sh netns
 	$(GO) test $(GO_TEST_FLAGS) ./test/integration/...
 
-## test-e2e: the built binary driven by the pinned kubectl (the first run builds kubectl: minutes)
+## test-e2e: the built binary driven by the pinned kubectl, standalone and behind a real
+## kube-apiserver (the first run builds kubectl, kube-apiserver, kube-controller-manager and etcd:
+## long on a 2-core machine; later runs reuse them)
 test-e2e: build
-	hack/build-tools.sh kubectl
+	hack/build-tools.sh kubectl kube-apiserver kube-controller-manager etcd
 	$(GO) test $(GO_TEST_FLAGS) ./test/e2e/...
 
 ## verify: gofmt, go vet, go.mod tidy and fresh generated code

@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# Starts a local control plane on 127.0.0.1 (etcd, kube-apiserver, a kube-controller-manager
+# running only the ClusterRole aggregation and namespace controllers) and registers
+# network-apiserver behind kube-apiserver's aggregation layer, the way a cluster would run it.
+#
+#   hack/local-up-cluster.sh        # make cluster-up
+#   hack/local-up-cluster.sh down   # make cluster-down: stop everything, remove the state dir
+#
+# Everything lives in LOCAL_CLUSTER_DIR (default _output/local-cluster): certificates,
+# kubeconfigs, pid files, logs (*.log) and data. Fixed loopback ports, each overridable:
+#   ETCD_PORT=32379 ETCD_PEER_PORT=32380 APISERVER_PORT=16443 NETWORK_APISERVER_PORT=8443
+# The APIServices name service network-apiserver/network-apiserver, an ExternalName Service
+# resolving to localhost, on port NETWORK_APISERVER_PORT, where network-apiserver listens.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=${BIN:-$ROOT/_output/bin}
+STATE=${LOCAL_CLUSTER_DIR:-$ROOT/_output/local-cluster}
+ETCD_PORT=${ETCD_PORT:-32379}
+ETCD_PEER_PORT=${ETCD_PEER_PORT:-32380}
+APISERVER_PORT=${APISERVER_PORT:-16443}
+NETWORK_APISERVER_PORT=${NETWORK_APISERVER_PORT:-8443}
+# The processes, in start order; cluster-down stops them in reverse.
+COMPONENTS=(etcd kube-apiserver kube-controller-manager network-apiserver)
+
+log() { echo "local-up-cluster: $*" >&2; }
+die() {
+  log "$*"
+  exit 1
+}
+
+# stop_component NAME: SIGTERM the process in NAME.pid, wait up to 60s, then SIGKILL.
+stop_component() {
+  local pidfile=$STATE/$1.pid pid i
+  [[ -f $pidfile ]] || return 0
+  pid=$(<"$pidfile")
+  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 600; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "$1 (pid $pid) still running 60s after SIGTERM; killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+      while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+    fi
+  fi
+  rm -f "$pidfile"
+}
+
+stop_all() {
+  local i
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
+    stop_component "${COMPONENTS[i]}"
+  done
+}
+
+cluster_down() {
+  stop_all
+  # Only ever remove a directory this script made (it holds our marker).
+  if [[ -f $STATE/.local-cluster ]]; then
+    rm -rf "$STATE"
+  elif [[ -e $STATE ]]; then
+    log "not removing $STATE: it was not made by this script"
+  fi
+}
+
+# start NAME ARGS...: run a binary in the background with its log and pid file in the state dir.
+start() {
+  local name=$1
+  shift
+  log "starting $name (log: $STATE/$name.log)"
+  setsid "$@" >"$STATE/$name.log" 2>&1 </dev/null &
+  echo $! >"$STATE/$name.pid"
+}
+
+# alive NAME: fail with its log's tail when NAME has exited.
+alive() {
+  if ! kill -0 "$(<"$STATE/$1.pid")" 2>/dev/null; then
+    tail -n 40 "$STATE/$1.log" >&2 || true
+    die "$1 exited; see $STATE/$1.log"
+  fi
+}
+
+# poll SECONDS NAME DESCRIPTION COMMAND...: retry COMMAND every 0.2s until it succeeds, NAME dies
+# or SECONDS pass.
+poll() {
+  local seconds=$1 name=$2 what=$3 deadline
+  shift 3
+  deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    alive "$name"
+    ((SECONDS < deadline)) || die "timed out after ${seconds}s waiting for $what"
+    sleep 0.2
+  done
+}
+
+port_free() { ! (: </dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
+
+# sign NAME CA SUBJECT [SANS] [USAGE]: a key and a certificate signed by CA.
+sign() {
+  local name=$1 ca=$2 subj=$3 sans=${4:-} usage=${5:-clientAuth} ext=$STATE/pki/$1.ext
+  openssl genrsa -out "$STATE/pki/$name.key" 2048 2>/dev/null
+  openssl req -new -key "$STATE/pki/$name.key" -subj "$subj" -out "$STATE/pki/$name.csr" 2>/dev/null
+  {
+    echo "basicConstraints=critical,CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=$usage"
+    [[ -z $sans ]] || echo "subjectAltName=$sans"
+  } >"$ext"
+  openssl x509 -req -in "$STATE/pki/$name.csr" -CA "$STATE/pki/$ca.crt" -CAkey "$STATE/pki/$ca.key" \
+    -CAcreateserial -days 365 -sha256 -extfile "$ext" -out "$STATE/pki/$name.crt" 2>/dev/null
+  rm -f "$STATE/pki/$name.csr" "$ext"
+}
+
+make_ca() {
+  openssl req -x509 -newkey rsa:2048 -nodes -days 365 -sha256 -subj "/CN=$2" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+    -keyout "$STATE/pki/$1.key" -out "$STATE/pki/$1.crt" 2>/dev/null
+}
+
+gen_pki() {
+  mkdir -p "$STATE/pki"
+  make_ca ca local-cluster-ca
+  sign kube-apiserver ca /CN=kube-apiserver "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.0.0.1" serverAuth
+  sign admin ca "/O=system:masters/CN=admin"
+  # The ClusterRole aggregation controller patches view/edit/admin, which the bare
+  # system:kube-controller-manager identity may not do without per-controller service accounts.
+  sign kube-controller-manager ca "/O=system:masters/CN=system:kube-controller-manager"
+  make_ca front-proxy-ca front-proxy-ca
+  sign front-proxy-client front-proxy-ca /CN=front-proxy-client
+  openssl genrsa -out "$STATE/pki/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$STATE/pki/sa.key" -pubout -out "$STATE/pki/sa.pub" 2>/dev/null
+  make_ca serving-ca network-apiserver-serving-ca
+  sign network-apiserver serving-ca /CN=network-apiserver.network-apiserver.svc \
+    "DNS:network-apiserver.network-apiserver.svc,DNS:network-apiserver.network-apiserver.svc.cluster.local,DNS:localhost,IP:127.0.0.1" serverAuth
+}
+
+# kubeconfig FILE USER with the credential flags for kubectl config set-credentials.
+kubeconfig() {
+  local file=$1 user=$2
+  shift 2
+  "$BIN/kubectl" --kubeconfig "$file" config set-cluster local --server "https://127.0.0.1:$APISERVER_PORT" \
+    --certificate-authority "$STATE/pki/ca.crt" --embed-certs >/dev/null
+  "$BIN/kubectl" --kubeconfig "$file" config set-credentials "$user" "$@" >/dev/null
+  "$BIN/kubectl" --kubeconfig "$file" config set-context local --cluster local --user "$user" >/dev/null
+  "$BIN/kubectl" --kubeconfig "$file" config use-context local >/dev/null
+}
+
+cluster_up() {
+  local b
+  for b in etcd kube-apiserver kube-controller-manager kubectl; do
+    [[ -x $BIN/$b ]] || die "$BIN/$b is missing: run hack/build-tools.sh"
+  done
+  [[ -x $BIN/network-apiserver ]] || die "$BIN/network-apiserver is missing: run make build"
+  cluster_down
+  local p
+  for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$NETWORK_APISERVER_PORT"; do
+    port_free "$p" || die "port 127.0.0.1:$p is in use (override with ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT, NETWORK_APISERVER_PORT)"
+  done
+  mkdir -p "$STATE"
+  touch "$STATE/.local-cluster"
+  # A failed start leaves no process behind; the logs stay for a look.
+  trap 'stop_all; log "cluster-up failed; logs are in $STATE"' EXIT
+  gen_pki
+  local kubectl=("$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig")
+  kubeconfig "$STATE/admin.kubeconfig" admin --client-certificate "$STATE/pki/admin.crt" \
+    --client-key "$STATE/pki/admin.key" --embed-certs
+  kubeconfig "$STATE/kube-controller-manager.kubeconfig" kube-controller-manager \
+    --client-certificate "$STATE/pki/kube-controller-manager.crt" --client-key "$STATE/pki/kube-controller-manager.key" --embed-certs
+
+  start etcd "$BIN/etcd" --name local --data-dir "$STATE/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT"
+  poll 60 etcd "etcd health" "$BIN/etcdctl" --endpoints "http://127.0.0.1:$ETCD_PORT" endpoint health
+
+  start kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --endpoint-reconciler-type none \
+    --client-ca-file "$STATE/pki/ca.crt" \
+    --tls-cert-file "$STATE/pki/kube-apiserver.crt" --tls-private-key-file "$STATE/pki/kube-apiserver.key" \
+    --service-account-key-file "$STATE/pki/sa.pub" --service-account-signing-key-file "$STATE/pki/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc \
+    --service-cluster-ip-range 10.0.0.0/24 \
+    --authorization-mode RBAC \
+    --requestheader-client-ca-file "$STATE/pki/front-proxy-ca.crt" \
+    --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User \
+    --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$STATE/pki/front-proxy-client.crt" --proxy-client-key-file "$STATE/pki/front-proxy-client.key" \
+    --enable-aggregator-routing=false
+  poll 120 kube-apiserver "kube-apiserver /readyz" "${kubectl[@]}" get --raw /readyz
+
+  # Aggregates the samplecrd-networks-* roles into view/edit/admin; tidies deleted namespaces.
+  start kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
+    --controllers clusterrole-aggregation-controller,namespace-controller
+
+  "${kubectl[@]}" apply -f "$ROOT/artifacts/deploy/namespace.yaml" -f "$ROOT/artifacts/deploy/rbac.yaml" >&2
+  "${kubectl[@]}" apply -f "$ROOT/artifacts/local/service.yaml" >&2
+  local ca_bundle
+  ca_bundle=$(base64 -w0 <"$STATE/pki/serving-ca.crt")
+  sed -e "s|caBundle: \"\"|caBundle: $ca_bundle|" -e "s|port: 443|port: $NETWORK_APISERVER_PORT|" \
+    "$ROOT/artifacts/deploy/apiservice.yaml" >"$STATE/apiservice.yaml"
+  "${kubectl[@]}" apply -f "$STATE/apiservice.yaml" >&2
+
+  local token
+  token=$("${kubectl[@]}" create token network-apiserver -n network-apiserver --duration 24h)
+  kubeconfig "$STATE/network-apiserver.kubeconfig" network-apiserver --token "$token"
+
+  mkdir -p "$STATE/network-apiserver.data"
+  start network-apiserver "$BIN/network-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" --etcd-prefix /network-apiserver \
+    --kubeconfig "$STATE/network-apiserver.kubeconfig" \
+    --tls-cert-file "$STATE/pki/network-apiserver.crt" --tls-private-key-file "$STATE/pki/network-apiserver.key" \
+    --bind-address 127.0.0.1 --secure-port "$NETWORK_APISERVER_PORT" \
+    --controllers=false --template-namespace network-apiserver \
+    --data-dir "$STATE/network-apiserver.data"
+  log "waiting for apiservice/v1.samplecrd.k8s.io to become Available"
+  local deadline=$((SECONDS + 120))
+  until "${kubectl[@]}" wait --for=condition=Available apiservice/v1.samplecrd.k8s.io apiservice/v1beta1.samplecrd.k8s.io --timeout=5s >/dev/null 2>&1; do
+    alive network-apiserver
+    alive kube-apiserver
+    if ((SECONDS >= deadline)); then
+      "${kubectl[@]}" get apiservice v1.samplecrd.k8s.io -o yaml >&2 || true
+      die "apiservice/v1.samplecrd.k8s.io not Available after 120s; see $STATE/*.log"
+    fi
+  done
+  alive kube-controller-manager
+  trap - EXIT
+  cat <<EOF
+network-apiserver is serving behind kube-apiserver at https://127.0.0.1:$APISERVER_PORT
+(state, logs and pid files in $STATE; stop with: make cluster-down). Try:
+
+  export KUBECONFIG=$STATE/admin.kubeconfig
+  $BIN/kubectl get networks
+EOF
+}
+
+case ${1:-up} in
+up) cluster_up ;;
+down) cluster_down ;;
+*) die "usage: $0 [up|down]" ;;
+esac
