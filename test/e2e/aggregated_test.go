@@ -168,4 +168,13 @@ func TestAggregatedThroughKubeAPIServer(t *testing.T) {
 	if out, _ := c.kubectlErr("get", "networks", "-A", "-o", "name"); strings.TrimSpace(out) != "network.samplecrd.k8s.io/backend" {
 		t.Errorf("networks after the rejected creates:\n%s", out)
 	}
+
+	// The NetworkTemplate ConfigMap in the server's namespace, read through its informer.
+	c.kubectl(t, "-n", "network-apiserver", "create", "configmap", "network-template",
+		"--from-literal=template=metadata: {labels: {team: platform}}")
+	eventually(t, 60*time.Second, "the template ConfigMap is applied to new Networks", func() (bool, string) {
+		out, _ := c.kubectlErr("create", "--dry-run=server", "-f", "artifacts/examples/network-ipv6.yaml", "-o",
+			`jsonpath={.metadata.labels.team} {.metadata.annotations.samplecrd\.k8s\.io/applied-template}`)
+		return strings.HasPrefix(out, "platform configmap:network-apiserver/network-template@"), out
+	})
 }
