@@ -5,6 +5,8 @@
 #
 #   hack/local-up-cluster.sh        # make cluster-up
 #   hack/local-up-cluster.sh down   # make cluster-down: stop everything, remove the state dir
+#   hack/local-up-cluster.sh restart-apiserver   # stop network-apiserver, start it again with
+#                                                # the same command line, wait for Available
 #
 # Everything lives in LOCAL_CLUSTER_DIR (default _output/local-cluster): certificates,
 # kubeconfigs, pid files, logs (*.log) and data. Fixed loopback ports, each overridable:
@@ -148,6 +150,38 @@ kubeconfig() {
   "$BIN/kubectl" --kubeconfig "$file" config use-context local >/dev/null
 }
 
+# start_network_apiserver: run network-apiserver with the arguments cluster-up recorded.
+start_network_apiserver() {
+  local args
+  mapfile -t args <"$STATE/network-apiserver.args"
+  start network-apiserver "${args[@]}"
+}
+
+# wait_available: wait for both APIServices to be Available, failing if a server exits.
+wait_available() {
+  local kubectl=("$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig")
+  log "waiting for apiservice/v1.samplecrd.k8s.io to become Available"
+  local deadline=$((SECONDS + 120))
+  until "${kubectl[@]}" wait --for=condition=Available apiservice/v1.samplecrd.k8s.io apiservice/v1beta1.samplecrd.k8s.io --timeout=5s >/dev/null 2>&1; do
+    alive network-apiserver
+    alive kube-apiserver
+    if ((SECONDS >= deadline)); then
+      "${kubectl[@]}" get apiservice v1.samplecrd.k8s.io -o yaml >&2 || true
+      die "apiservice/v1.samplecrd.k8s.io not Available after 120s; see $STATE/*.log"
+    fi
+  done
+}
+
+# restart_apiserver: stop network-apiserver (if running) and start it again with the same
+# command line, leaving etcd, kube-apiserver and kube-controller-manager alone.
+restart_apiserver() {
+  [[ -f $STATE/.local-cluster && -f $STATE/network-apiserver.args ]] || die "no local cluster in $STATE: run cluster-up"
+  stop_component network-apiserver
+  start_network_apiserver
+  wait_available
+  log "network-apiserver restarted"
+}
+
 cluster_up() {
   local b
   for b in etcd kube-apiserver kube-controller-manager kubectl; do
@@ -216,23 +250,16 @@ cluster_up() {
   kubeconfig "$STATE/network-apiserver.kubeconfig" network-apiserver --token "$token"
 
   mkdir -p "$STATE/network-apiserver.data"
-  start network-apiserver "$BIN/network-apiserver" \
+  # Recorded, one argument a line, so that restart-apiserver runs exactly the same command.
+  printf '%s\n' "$BIN/network-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" --etcd-prefix /network-apiserver \
     --kubeconfig "$STATE/network-apiserver.kubeconfig" \
     --tls-cert-file "$STATE/pki/network-apiserver.crt" --tls-private-key-file "$STATE/pki/network-apiserver.key" \
     --bind-address 127.0.0.1 --secure-port "$NETWORK_APISERVER_PORT" \
     --controllers=false --template-namespace network-apiserver \
-    --data-dir "$STATE/network-apiserver.data"
-  log "waiting for apiservice/v1.samplecrd.k8s.io to become Available"
-  local deadline=$((SECONDS + 120))
-  until "${kubectl[@]}" wait --for=condition=Available apiservice/v1.samplecrd.k8s.io apiservice/v1beta1.samplecrd.k8s.io --timeout=5s >/dev/null 2>&1; do
-    alive network-apiserver
-    alive kube-apiserver
-    if ((SECONDS >= deadline)); then
-      "${kubectl[@]}" get apiservice v1.samplecrd.k8s.io -o yaml >&2 || true
-      die "apiservice/v1.samplecrd.k8s.io not Available after 120s; see $STATE/*.log"
-    fi
-  done
+    --data-dir "$STATE/network-apiserver.data" >"$STATE/network-apiserver.args"
+  start_network_apiserver
+  wait_available
   alive kube-controller-manager
   trap - EXIT
   cat <<EOF
@@ -247,5 +274,6 @@ EOF
 case ${1:-up} in
 up) cluster_up ;;
 down) cluster_down ;;
-*) die "usage: $0 [up|down]" ;;
+restart-apiserver) restart_apiserver ;;
+*) die "usage: $0 [up|down|restart-apiserver]" ;;
 esac
