@@ -57,9 +57,9 @@ test-integration:
 
 ## test-e2e: the built binary driven by the pinned kubectl, standalone and behind a real
 ## kube-apiserver (the first run builds kubectl, kube-apiserver, kube-controller-manager and etcd:
-## long on a 2-core machine; later runs reuse them)
+## long on a 2-core machine; later runs reuse them). etcdctl too: the local cluster uses it.
 test-e2e: build
-	hack/build-tools.sh kubectl kube-apiserver kube-controller-manager etcd
+	hack/build-tools.sh
 	$(GO) test $(GO_TEST_FLAGS) ./test/e2e/...
 
 ## verify: gofmt, go vet, go.mod tidy and fresh generated code
