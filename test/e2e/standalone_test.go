@@ -33,7 +33,7 @@ func tool(t *testing.T, env, name string) string {
 		p = filepath.Join(repoRoot, "_output", "bin", name)
 	}
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("%s not found at %s (make test builds it: hack/build-tools.sh kubectl, make build): %v", name, p, err)
+		t.Fatalf("%s not found at %s (make test-e2e builds it: make build, hack/build-tools.sh): %v", name, p, err)
 	}
 	return p
 }
