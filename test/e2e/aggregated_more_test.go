@@ -3,7 +3,14 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +19,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
@@ -233,9 +243,11 @@ metadata:
 spec:
   failurePolicy: Fail
   matchConstraints:
+    # v1 only: requests in v1beta1 (spec.subnet) are converted to v1 for the expression.
+    matchPolicy: Equivalent
     resourceRules:
     - apiGroups: [samplecrd.k8s.io]
-      apiVersions: ["*"]
+      apiVersions: [v1]
       operations: [CREATE, UPDATE]
       resources: [networks]
   validations:
@@ -270,4 +282,109 @@ spec:
 			t.Errorf("compliant create:\n%s", out)
 		}
 	})
+
+	t.Run("MutatingWebhook", func(t *testing.T) {
+		url, caPEM := startLabelWebhook(t)
+		webhook := writeManifest(t, "webhook.yaml", fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: e2e-label-networks
+webhooks:
+- name: label.e2e.samplecrd.k8s.io
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Fail
+  objectSelector:
+    matchLabels: {e2e-webhook: "yes"}
+  rules:
+  - apiGroups: [samplecrd.k8s.io]
+    apiVersions: ["*"]
+    operations: [CREATE]
+    resources: [networks]
+  clientConfig:
+    url: %s
+    caBundle: %s
+`, url, base64.StdEncoding.EncodeToString(caPEM)))
+		c.kubectl(t, "apply", "-f", webhook)
+		labelled := writeManifest(t, "labelled.yaml", strings.Replace(networkYAML("hooked", "10.81.0.0/24"),
+			"  name: hooked\n", "  name: hooked\n  labels: {e2e-webhook: \"yes\"}\n", 1))
+		// network-apiserver's webhook admission picks the configuration up through its informer.
+		eventually(t, 90*time.Second, "the mutating webhook labels new Networks", func() (bool, string) {
+			out, _ := c.kubectlErr("create", "--dry-run=server", "-f", labelled, "-o", "jsonpath={.metadata.labels.mutated-by}")
+			return out == "e2e-webhook", out
+		})
+		c.kubectl(t, "create", "-f", labelled)
+		if out := c.kubectl(t, "get", "network", "hooked", "-o", "jsonpath={.metadata.labels.mutated-by}"); out != "e2e-webhook" {
+			t.Errorf("stored Network not mutated by the webhook: labels.mutated-by=%q", out)
+		}
+		// Networks the webhook does not select are left alone.
+		plain := writeManifest(t, "plain.yaml", networkYAML("unhooked", "10.82.0.0/24"))
+		c.kubectl(t, "create", "-f", plain)
+		if out := c.kubectl(t, "get", "network", "unhooked", "-o", "jsonpath={.metadata.labels}"); strings.Contains(out, "mutated-by") {
+			t.Errorf("an unselected Network was mutated: %s", out)
+		}
+	})
+
+	t.Run("ExamplesDirectory", func(t *testing.T) {
+		// The examples' prefixes are taken by Networks of the subtests above: no overlap, cluster-wide.
+		c.kubectl(t, "delete", "networks", "--all", "--all-namespaces")
+		c.kubectl(t, "create", "namespace", "examples")
+		out := c.kubectl(t, "apply", "-n", "examples", "-f", "artifacts/examples/")
+		for _, name := range []string{"backend", "backend-v6", "legacy"} {
+			if !strings.Contains(out, "network.samplecrd.k8s.io/"+name+" created") {
+				t.Errorf("apply -f artifacts/examples/ did not create %s:\n%s", name, out)
+			}
+		}
+		wide := c.kubectl(t, "get", "networks", "-n", "examples", "-o", "wide")
+		for _, row := range []string{
+			`NAME\s+CIDR\s+GATEWAY\s+READY\s+AGE\s+REASON\s+OBSERVED`,
+			`backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+Unknown\s+\S+\s+0`,
+			`backend-v6\s+fd00:10::/64\s+fd00:10::fe\s+Unknown\s+\S+\s+0`,
+			`legacy\s+10\.11\.0\.0/24\s+10\.11\.0\.254\s+Unknown\s+\S+\s+0`,
+		} {
+			if !regexpLine(wide, row) {
+				t.Errorf("get -o wide lacks a line matching %s:\n%s", row, wide)
+			}
+		}
+	})
+}
+
+// startLabelWebhook serves a mutating admission webhook on loopback that labels every Network it
+// is sent with mutated-by=e2e-webhook, and returns its URL and the CA of its certificate.
+func startLabelWebhook(t *testing.T) (string, []byte) {
+	t.Helper()
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "not an AdmissionReview", http.StatusBadRequest)
+			return
+		}
+		var obj struct {
+			Metadata struct {
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+		}
+		_ = json.Unmarshal(review.Request.Object.Raw, &obj)
+		patch := `[{"op":"add","path":"/metadata/labels","value":{"mutated-by":"e2e-webhook"}}]`
+		if obj.Metadata.Labels != nil {
+			patch = `[{"op":"add","path":"/metadata/labels/mutated-by","value":"e2e-webhook"}]`
+		}
+		patchType := admissionv1.PatchTypeJSONPatch
+		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true, Patch: []byte(patch), PatchType: &patchType}
+		review.Request = nil
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(&review)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv.URL + "/mutate", certPEM
 }
