@@ -4,6 +4,8 @@ GO ?= go
 BIN := $(CURDIR)/_output/bin
 DATA_DIR ?= $(CURDIR)/.data
 PORT ?= 8443
+# e.g. CONTROLLER_FLAGS=--controllers=false, or --backend-netns=/var/run/netns/demo --cni-conf-dir=/tmp/cni
+CONTROLLER_FLAGS ?=
 LOCAL_CLUSTER_DIR ?= $(CURDIR)/_output/local-cluster
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 # /version reports the k8s.io/apiserver level the server is built on (it also sets the server's
@@ -32,7 +34,7 @@ tools:
 run: build
 	hack/build-tools.sh kubectl
 	@echo "kubectl v1.37.2 is at $(BIN)/kubectl (export PATH=$(BIN):\$$PATH)"
-	$(BIN)/network-apiserver --data-dir $(DATA_DIR) --bind-address 127.0.0.1 --secure-port $(PORT)
+	$(BIN)/network-apiserver --data-dir $(DATA_DIR) --bind-address 127.0.0.1 --secure-port $(PORT) $(CONTROLLER_FLAGS)
 
 ## cluster-up: etcd, kube-apiserver and network-apiserver behind its aggregation layer, on loopback,
 ## state in $(LOCAL_CLUSTER_DIR) (hack/local-up-cluster.sh lists the ports)
