@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,8 +18,6 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	serverstorage "k8s.io/apiserver/pkg/server/storage"
-	"k8s.io/apiserver/pkg/util/compatibility"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
@@ -33,6 +32,8 @@ const etcdPathPrefix = "/registry/samplecrd.k8s.io"
 // Options are everything network-apiserver can be told on its command line.
 type Options struct {
 	Recommended *genericoptions.RecommendedOptions
+	// ServerRun holds the generic request limits and shutdown timings.
+	ServerRun *genericoptions.ServerRunOptions
 
 	// DataDir holds the embedded etcd data, the generated serving certificate, the admin token
 	// and the admin kubeconfig.
@@ -71,6 +72,10 @@ func NewOptions(out io.Writer) *Options {
 		NetworkPools: append([]string(nil), DefaultNetworkPools...),
 		Out:          out,
 	}
+	o.ServerRun = genericoptions.NewServerRunOptions()
+	// Watches held through the aggregator (the garbage collector and namespace controller watch
+	// every resource) would otherwise keep the HTTP server from shutting down for its full 60 s.
+	o.ServerRun.ShutdownWatchTerminationGracePeriod = 5 * time.Second
 	o.Recommended.Etcd.DefaultStorageMediaType = runtime.ContentTypeProtobuf
 	registerAdmissionPlugins(o.Recommended.Admission)
 	o.Recommended.ExtraAdmissionInitializers = o.admissionInitializers
@@ -82,6 +87,7 @@ func NewOptions(out io.Writer) *Options {
 // AddFlags adds the generic apiserver flags and ours.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Recommended.AddFlags(fs)
+	o.ServerRun.AddUniversalFlags(fs)
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir,
 		"Directory for the embedded etcd's data, the generated serving certificate, and (standalone) the admin token and kubeconfig.")
 	fs.IntVar(&o.EmbeddedEtcdPort, "embedded-etcd-port", o.EmbeddedEtcdPort,
@@ -118,6 +124,12 @@ func (o *Options) Complete() error {
 			o.Recommended.Authorization.RemoteKubeConfigFile = kubeconfig
 		}
 	}
+	if err := o.ServerRun.Complete(); err != nil {
+		return err
+	}
+	if err := o.ServerRun.DefaultAdvertiseAddress(o.Recommended.SecureServing.SecureServingOptions); err != nil {
+		return err
+	}
 	if o.Recommended.SecureServing.ServerCert.CertDirectory == "" {
 		o.Recommended.SecureServing.ServerCert.CertDirectory = filepath.Join(o.DataDir, "certs")
 	}
@@ -145,6 +157,7 @@ func (o *Options) Validate() error {
 		defer func() { o.Recommended.Etcd = etcd }()
 	}
 	errs = append(errs, o.Recommended.Validate()...)
+	errs = append(errs, o.ServerRun.Validate()...)
 	if o.admission != nil {
 		errs = append(errs, o.admission.Validate()...)
 		if err := validateStandaloneAdmission(o.admission); err != nil {
@@ -188,8 +201,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	etcd.StorageConfig.Codec, etcd.StorageConfig.EncodeVersioner = codec, versioner
 
 	config := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
-	config.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
-	config.FeatureGate = utilfeature.DefaultFeatureGate
+	if err := o.ServerRun.ApplyTo(&config.Config); err != nil {
+		return nil, err
+	}
 	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
 	config.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
 	config.OpenAPIConfig.Info.Title = "network-apiserver"
