@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts a local control plane on 127.0.0.1 (etcd, kube-apiserver, a kube-controller-manager
-# running only the ClusterRole aggregation and namespace controllers) and registers
+# running only the ClusterRole aggregation, namespace, garbage collector, service account and
+# service account token controllers) and registers
 # network-apiserver behind kube-apiserver's aggregation layer, the way a cluster would run it.
 #
 #   hack/local-up-cluster.sh        # make cluster-up
@@ -22,7 +23,7 @@ ETCD_PORT=${ETCD_PORT:-32379}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-32380}
 APISERVER_PORT=${APISERVER_PORT:-16443}
 NETWORK_APISERVER_PORT=${NETWORK_APISERVER_PORT:-8443}
-# The processes, in start order; cluster-down stops them in reverse.
+# The processes, in start order; cluster-down stops kube-controller-manager, then the rest in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager network-apiserver)
 
 log() { echo "local-up-cluster: $*" >&2; }
@@ -53,6 +54,9 @@ stop_component() {
 
 stop_all() {
   local i
+  # kube-controller-manager first: its garbage collector and namespace controller watch Networks
+  # through kube-apiserver, and network-apiserver waits (up to 60s) for open watches on SIGTERM.
+  stop_component kube-controller-manager
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
     stop_component "${COMPONENTS[i]}"
   done
@@ -229,13 +233,19 @@ cluster_up() {
     --enable-aggregator-routing=false
   poll 120 kube-apiserver "kube-apiserver /readyz" "${kubectl[@]}" get --raw /readyz
 
-  # Aggregates the samplecrd-networks-* roles into view/edit/admin; tidies deleted namespaces.
+  # Aggregates the samplecrd-networks-* roles into view/edit/admin; empties and removes deleted
+  # namespaces; collects dependents of deleted owners (Networks included); keeps each namespace's
+  # default ServiceAccount and fills service account token Secrets, signed with the key
+  # kube-apiserver signs with.
+  local controllers=clusterrole-aggregation-controller,namespace-controller,garbage-collector-controller
+  controllers+=,serviceaccount-controller,serviceaccount-token-controller
   start kube-controller-manager "$BIN/kube-controller-manager" \
     --kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
     --authentication-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
     --authorization-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
     --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
-    --controllers clusterrole-aggregation-controller,namespace-controller
+    --service-account-private-key-file "$STATE/pki/sa.key" --root-ca-file "$STATE/pki/ca.crt" \
+    --controllers "$controllers"
 
   "${kubectl[@]}" apply -f "$ROOT/artifacts/deploy/namespace.yaml" -f "$ROOT/artifacts/deploy/rbac.yaml" >&2
   "${kubectl[@]}" apply -f "$ROOT/artifacts/local/service.yaml" >&2
