@@ -127,9 +127,6 @@ func (o *Options) Complete() error {
 	if err := o.ServerRun.Complete(); err != nil {
 		return err
 	}
-	if err := o.ServerRun.DefaultAdvertiseAddress(o.Recommended.SecureServing.SecureServingOptions); err != nil {
-		return err
-	}
 	if o.Recommended.SecureServing.ServerCert.CertDirectory == "" {
 		o.Recommended.SecureServing.ServerCert.CertDirectory = filepath.Join(o.DataDir, "certs")
 	}
