@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -26,7 +27,7 @@ func NewAgentCommand(ctx context.Context) *cobra.Command {
 		Short:        "Run only the Network controller for this node",
 		SilenceUsage: true,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if err := aggregate(o.Validate()); err != nil {
+			if err := utilerrors.NewAggregate(o.Validate()); err != nil {
 				return err
 			}
 			config, err := clientConfig(kubeconfig)

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -125,4 +124,3 @@ func (c *ControllerOptions) runInBackground(ctx context.Context, config *rest.Co
 	}()
 }
 
-func aggregate(errs []error) error { return utilerrors.NewAggregate(errs) }
