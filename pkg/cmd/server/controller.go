@@ -123,4 +123,3 @@ func (c *ControllerOptions) runInBackground(ctx context.Context, config *rest.Co
 		}
 	}()
 }
-
