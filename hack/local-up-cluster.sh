@@ -8,12 +8,21 @@
 #   hack/local-up-cluster.sh down   # make cluster-down: stop everything, remove the state dir
 #   hack/local-up-cluster.sh restart-apiserver   # stop network-apiserver, start it again with
 #                                                # the same command line, wait for Available
+#   hack/local-up-cluster.sh stop-apiserver      # stop network-apiserver only
+#   hack/local-up-cluster.sh start-apiserver     # start it again, wait for Available
 #
 # Everything lives in LOCAL_CLUSTER_DIR (default _output/local-cluster): certificates,
 # kubeconfigs, pid files, logs (*.log) and data. Fixed loopback ports, each overridable:
 #   ETCD_PORT=32379 ETCD_PEER_PORT=32380 APISERVER_PORT=16443 NETWORK_APISERVER_PORT=8443
 # The APIServices name service network-apiserver/network-apiserver, an ExternalName Service
 # resolving to localhost, on port NETWORK_APISERVER_PORT, where network-apiserver listens.
+# network-apiserver runs with --controllers=false (its controller would build bridges in this
+# host's network namespace); NETWORK_APISERVER_ARGS adds arguments after the script's own, e.g.
+#   NETWORK_APISERVER_ARGS="--controllers=true --backend-netns=/var/run/netns/demo --cni-conf-dir=/tmp/cni"
+# KUBE_CONTROLLER_MANAGER=false leaves kube-controller-manager out (benchmarks: no extra load).
+# kube-apiserver's command line is recorded in kube-apiserver.args like network-apiserver's, one
+# argument a line, so that a tool can stop it (SIGTERM the pid in kube-apiserver.pid) and start
+# it again the same way (writing the new pid back for cluster-down).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,6 +32,8 @@ ETCD_PORT=${ETCD_PORT:-32379}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-32380}
 APISERVER_PORT=${APISERVER_PORT:-16443}
 NETWORK_APISERVER_PORT=${NETWORK_APISERVER_PORT:-8443}
+NETWORK_APISERVER_ARGS=${NETWORK_APISERVER_ARGS:-}
+KUBE_CONTROLLER_MANAGER=${KUBE_CONTROLLER_MANAGER:-true}
 # The processes, in start order; cluster-down stops kube-controller-manager, then the rest in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager network-apiserver)
 
@@ -179,11 +190,15 @@ wait_available() {
 # restart_apiserver: stop network-apiserver (if running) and start it again with the same
 # command line, leaving etcd, kube-apiserver and kube-controller-manager alone.
 restart_apiserver() {
-  [[ -f $STATE/.local-cluster && -f $STATE/network-apiserver.args ]] || die "no local cluster in $STATE: run cluster-up"
+  require_cluster
   stop_component network-apiserver
   start_network_apiserver
   wait_available
   log "network-apiserver restarted"
+}
+
+require_cluster() {
+  [[ -f $STATE/.local-cluster && -f $STATE/network-apiserver.args ]] || die "no local cluster in $STATE: run cluster-up"
 }
 
 cluster_up() {
@@ -214,7 +229,8 @@ cluster_up() {
     --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT"
   poll 60 etcd "etcd health" "$BIN/etcdctl" --endpoints "http://127.0.0.1:$ETCD_PORT" endpoint health
 
-  start kube-apiserver "$BIN/kube-apiserver" \
+  local args
+  printf '%s\n' "$BIN/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
     --endpoint-reconciler-type none \
@@ -230,7 +246,9 @@ cluster_up() {
     --requestheader-group-headers X-Remote-Group \
     --requestheader-extra-headers-prefix X-Remote-Extra- \
     --proxy-client-cert-file "$STATE/pki/front-proxy-client.crt" --proxy-client-key-file "$STATE/pki/front-proxy-client.key" \
-    --enable-aggregator-routing=false
+    --enable-aggregator-routing=false >"$STATE/kube-apiserver.args"
+  mapfile -t args <"$STATE/kube-apiserver.args"
+  start kube-apiserver "${args[@]}"
   poll 120 kube-apiserver "kube-apiserver /readyz" "${kubectl[@]}" get --raw /readyz
 
   # Aggregates the samplecrd-networks-* roles into view/edit/admin; empties and removes deleted
@@ -239,13 +257,15 @@ cluster_up() {
   # kube-apiserver signs with.
   local controllers=clusterrole-aggregation-controller,namespace-controller,garbage-collector-controller
   controllers+=,serviceaccount-controller,serviceaccount-token-controller
-  start kube-controller-manager "$BIN/kube-controller-manager" \
-    --kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
-    --authentication-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
-    --authorization-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
-    --service-account-private-key-file "$STATE/pki/sa.key" --root-ca-file "$STATE/pki/ca.crt" \
-    --controllers "$controllers"
+  if [[ $KUBE_CONTROLLER_MANAGER != false ]]; then
+    start kube-controller-manager "$BIN/kube-controller-manager" \
+      --kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
+      --authentication-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
+      --authorization-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
+      --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
+      --service-account-private-key-file "$STATE/pki/sa.key" --root-ca-file "$STATE/pki/ca.crt" \
+      --controllers "$controllers"
+  fi
 
   "${kubectl[@]}" apply -f "$ROOT/artifacts/deploy/namespace.yaml" -f "$ROOT/artifacts/deploy/rbac.yaml" >&2
   "${kubectl[@]}" apply -f "$ROOT/artifacts/local/service.yaml" >&2
@@ -268,9 +288,11 @@ cluster_up() {
     --bind-address 127.0.0.1 --secure-port "$NETWORK_APISERVER_PORT" \
     --controllers=false --template-namespace network-apiserver \
     --data-dir "$STATE/network-apiserver.data" >"$STATE/network-apiserver.args"
+  # shellcheck disable=SC2086 # split on purpose: one argument per word
+  [[ -z $NETWORK_APISERVER_ARGS ]] || printf '%s\n' $NETWORK_APISERVER_ARGS >>"$STATE/network-apiserver.args"
   start_network_apiserver
   wait_available
-  alive kube-controller-manager
+  [[ $KUBE_CONTROLLER_MANAGER == false ]] || alive kube-controller-manager
   trap - EXIT
   cat <<EOF
 network-apiserver is serving behind kube-apiserver at https://127.0.0.1:$APISERVER_PORT
@@ -285,5 +307,14 @@ case ${1:-up} in
 up) cluster_up ;;
 down) cluster_down ;;
 restart-apiserver) restart_apiserver ;;
-*) die "usage: $0 [up|down|restart-apiserver]" ;;
+stop-apiserver)
+  require_cluster
+  stop_component network-apiserver
+  ;;
+start-apiserver)
+  require_cluster
+  start_network_apiserver
+  wait_available
+  ;;
+*) die "usage: $0 [up|down|restart-apiserver|stop-apiserver|start-apiserver]" ;;
 esac

@@ -215,13 +215,7 @@ func TestAggregatedMore(t *testing.T) {
 				strings.Contains(l, "service unavailable")), out
 		})
 
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "local-up-cluster.sh"), "restart-apiserver")
-		cmd.Dir, cmd.Env = repoRoot, append(os.Environ(), "LOCAL_CLUSTER_DIR="+state)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("restart-apiserver: %v\n%s", err, out)
-		}
+		localClusterCommand(t, c, "restart-apiserver")
 		eventually(t, 60*time.Second, "APIService v1.samplecrd.k8s.io Available again", func() (bool, string) {
 			out, err := c.kubectlErr("get", "apiservice", "v1.samplecrd.k8s.io", "-o", available)
 			return err == nil && strings.HasPrefix(out, "True "), out

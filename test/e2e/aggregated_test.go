@@ -21,8 +21,9 @@ import (
 )
 
 // localCluster runs hack/local-up-cluster.sh in a temporary state dir on free loopback ports and
-// returns a handle whose kubectl talks to kube-apiserver with the admin credentials.
-func localCluster(t *testing.T) *standalone {
+// returns a handle whose kubectl talks to kube-apiserver with the admin credentials. extraEnv
+// (NAME=value) goes to the script, e.g. NETWORK_APISERVER_ARGS.
+func localCluster(t *testing.T, extraEnv ...string) *standalone {
 	t.Helper()
 	tool(t, "SERVER", "network-apiserver")
 	for _, b := range []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager"} {
@@ -32,6 +33,7 @@ func localCluster(t *testing.T) *standalone {
 	env := append(os.Environ(), "LOCAL_CLUSTER_DIR="+state,
 		fmt.Sprintf("ETCD_PORT=%d", freePort(t)), fmt.Sprintf("ETCD_PEER_PORT=%d", freePort(t)),
 		fmt.Sprintf("APISERVER_PORT=%d", freePort(t)), fmt.Sprintf("NETWORK_APISERVER_PORT=%d", freePort(t)))
+	env = append(env, extraEnv...)
 	script := func(ctx context.Context, arg string) (string, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "local-up-cluster.sh"), arg)
 		cmd.Dir, cmd.Env = repoRoot, env
@@ -67,6 +69,19 @@ func localCluster(t *testing.T) *standalone {
 		t.Errorf("cluster-up did not print the KUBECONFIG line:\n%s", out)
 	}
 	return &standalone{kubeconfig: kubeconfig}
+}
+
+// localClusterCommand runs `hack/local-up-cluster.sh arg` on the cluster c (restart-apiserver,
+// stop-apiserver, start-apiserver), failing the test if it fails.
+func localClusterCommand(t *testing.T, c *standalone, arg string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "local-up-cluster.sh"), arg)
+	cmd.Dir, cmd.Env = repoRoot, append(os.Environ(), "LOCAL_CLUSTER_DIR="+filepath.Dir(c.kubeconfig))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("local-up-cluster.sh %s: %v\n%s", arg, err, out)
+	}
 }
 
 // eventually polls f until it returns true or the deadline passes; f reports its last state.

@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/linux"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
 
@@ -25,7 +29,14 @@ func ownedNetworkYAML(ns, name, cidr, owner, uid string, extra ...string) string
 func TestAggregatedNamespacesAndGC(t *testing.T) {
 	netnstest.RequireRoot(t)
 	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
-	c := localCluster(t)
+	// network-apiserver runs its controller, confined to a network namespace of this test, so
+	// that the Networks these paths delete have bridges and CNI configurations to clean up.
+	// Registered first, the namespace is removed after the cluster is down.
+	netNS := netnstest.New(t, "nsgc")
+	confDir := t.TempDir()
+	c := localCluster(t, "NETWORK_APISERVER_ARGS=--controllers=true --backend-netns="+netNS.Path+
+		" --cni-conf-dir="+confDir+" --node-name=e2e-node")
+	node := &realizedNetworks{ns: netNS, confDir: confDir}
 
 	// gone reports whether `kubectl get args...` says NotFound.
 	gone := func(args ...string) (bool, string) {
@@ -53,6 +64,17 @@ func TestAggregatedNamespacesAndGC(t *testing.T) {
 		if out := c.kubectl(t, "-n", "ns-del", "get", "networks", "-o", "name"); strings.Count(out, "network.samplecrd.k8s.io/net-") != 20 {
 			t.Fatalf("networks in ns-del before the delete:\n%s", out)
 		}
+		var keys []string
+		for i := range 20 {
+			keys = append(keys, fmt.Sprintf("ns-del/net-%02d", i))
+		}
+		node.waitRealized(t, c, keys...)
+		// The controller records Events through kube-apiserver's core API.
+		eventually(t, 60*time.Second, "a Created Event for each Network", func() (bool, string) {
+			out, err := c.kubectlErr("-n", "ns-del", "get", "events", "--field-selector",
+				"involvedObject.kind=Network,reason=Created", "-o", `jsonpath={range .items[*]}{.involvedObject.name}{"\n"}{end}`)
+			return err == nil && len(strings.Fields(out)) == 20, out
+		})
 		start := time.Now()
 		c.kubectl(t, "delete", "namespace", "ns-del", "--wait=false")
 		eventually(t, 90*time.Second, "namespace ns-del is removed", func() (bool, string) {
@@ -72,6 +94,7 @@ func TestAggregatedNamespacesAndGC(t *testing.T) {
 		if out, err := c.kubectlErr("-n", "ns-del", "get", "networks", "-o", "name"); err != nil || strings.Contains(out, "network.samplecrd.k8s.io/") {
 			t.Errorf("kubectl get networks -n ns-del: err %v\n%s", err, out)
 		}
+		node.waitCleaned(t, keys...)
 	})
 
 	c.kubectl(t, "create", "namespace", "gc")
@@ -80,10 +103,12 @@ func TestAggregatedNamespacesAndGC(t *testing.T) {
 	t.Run("BackgroundGC", func(t *testing.T) {
 		uid := owner(t, "gc", "bg-owner")
 		c.kubectl(t, "create", "-f", writeManifest(t, "bg.yaml", ownedNetworkYAML("gc", "bg-net", "10.121.0.0/24", "bg-owner", uid)))
+		node.waitRealized(t, c, "gc/bg-net")
 		c.kubectl(t, "-n", "gc", "delete", "configmap", "bg-owner")
 		eventually(t, 90*time.Second, "the dependent Network is collected", func() (bool, string) {
 			return gone("-n", "gc", "network", "bg-net")
 		})
+		node.waitCleaned(t, "gc/bg-net")
 	})
 
 	t.Run("Orphan", func(t *testing.T) {
@@ -128,8 +153,117 @@ func TestAggregatedNamespacesAndGC(t *testing.T) {
 		eventually(t, 90*time.Second, "the dependent Network is gone", func() (bool, string) {
 			return gone("-n", "gc", "network", "fg-net")
 		})
+		node.waitCleaned(t, "gc/fg-net")
 		eventually(t, 90*time.Second, "the foreground-deleted owner is gone", func() (bool, string) {
 			return gone("-n", "gc", "configmap", "fg-owner")
 		})
+	})
+
+	// Deleting a namespace while network-apiserver is down must neither lose its Networks nor
+	// touch other namespaces' ones: the namespace controller cannot discover our group, so the
+	// namespace stays Terminating and says why, and finishes once we are back.
+	t.Run("NamespaceDeletionWhileDown", func(t *testing.T) {
+		c.kubectl(t, "create", "namespace", "ns-down")
+		c.kubectl(t, "create", "namespace", "ns-keep")
+		t.Cleanup(func() { _, _ = c.kubectlErr("delete", "namespace", "ns-keep", "--wait=false") })
+		var down, keep []string
+		for i := range 3 {
+			c.kubectl(t, "-n", "ns-down", "create", "-f", writeManifest(t, "down.yaml", networkYAML(fmt.Sprintf("down-%d", i), fmt.Sprintf("10.124.%d.0/24", i))))
+			c.kubectl(t, "-n", "ns-keep", "create", "-f", writeManifest(t, "keep.yaml", networkYAML(fmt.Sprintf("keep-%d", i), fmt.Sprintf("10.125.%d.0/24", i))))
+			down, keep = append(down, fmt.Sprintf("ns-down/down-%d", i)), append(keep, fmt.Sprintf("ns-keep/keep-%d", i))
+		}
+		node.waitRealized(t, c, append(down, keep...)...)
+		uids := `jsonpath={range .items[*]}{.metadata.name}={.metadata.uid}{"\n"}{end}`
+		keepBefore := c.kubectl(t, "-n", "ns-keep", "get", "networks", "-o", uids)
+
+		localClusterCommand(t, c, "stop-apiserver")
+		c.kubectl(t, "delete", "namespace", "ns-down", "--wait=false")
+		const conditions = `jsonpath={.status.phase}{"\n"}{range .status.conditions[*]}{.type}={.status}: {.message}{"\n"}{end}`
+		failure := regexp.MustCompile(`(?m)^NamespaceDeletionDiscoveryFailure=True: .*samplecrd\.k8s\.io.*$`)
+		var condition string
+		eventually(t, 90*time.Second, "ns-down reports that discovery of samplecrd.k8s.io failed", func() (bool, string) {
+			out, err := c.kubectlErr("get", "namespace", "ns-down", "-o", conditions)
+			condition = failure.FindString(out)
+			return err == nil && condition != "", out
+		})
+		t.Logf("while network-apiserver is down: %s", condition)
+		if out := c.kubectl(t, "get", "namespace", "ns-down", "-o", "jsonpath={.status.phase}"); out != "Terminating" {
+			t.Errorf("ns-down phase while network-apiserver is down: %q", out)
+		}
+		// Nothing of ns-down is lost meanwhile: the controller is down with the server, so the
+		// bridges stay, and the Networks are still stored.
+		node.checkRealized(t, down...)
+
+		localClusterCommand(t, c, "start-apiserver")
+		start := time.Now()
+		eventually(t, 3*time.Minute, "ns-down is removed once network-apiserver is back", func() (bool, string) {
+			ok, out := gone("namespace", "ns-down")
+			if !ok {
+				out, _ = c.kubectlErr("get", "namespace", "ns-down", "-o", conditions)
+			}
+			return ok, out
+		})
+		t.Logf("ns-down removed %s after network-apiserver was Available again", time.Since(start).Round(time.Millisecond))
+		node.waitCleaned(t, down...)
+		if out := c.kubectl(t, "-n", "ns-keep", "get", "networks", "-o", uids); out != keepBefore {
+			t.Errorf("ns-keep's Networks changed:\nbefore:\n%s\nafter:\n%s", keepBefore, out)
+		}
+		node.waitRealized(t, c, keep...)
+	})
+}
+
+// realizedNetworks checks what the controller built on the test's node: a bridge in its
+// network namespace and a CNI configuration in its conf dir, for each Network key
+// (namespace/name).
+type realizedNetworks struct {
+	ns      *netnstest.NS
+	confDir string
+}
+
+// differing returns the keys whose bridge or configuration is missing (want true) or still
+// there (want false).
+func (r *realizedNetworks) differing(keys []string, want bool) []string {
+	var out []string
+	for _, key := range keys {
+		_, linkErr := r.ns.Netlink.LinkByName(netbackend.BridgeName(key))
+		_, confErr := os.Stat(linux.ConfPath(r.confDir, key))
+		if (linkErr == nil) != want || (confErr == nil) != want {
+			out = append(out, fmt.Sprintf("%s (bridge: %v, conf: %v)", key, linkErr, confErr))
+		}
+	}
+	return out
+}
+
+// waitRealized waits for each Network to be Ready and to have its bridge and configuration.
+func (r *realizedNetworks) waitRealized(t *testing.T, c *standalone, keys ...string) {
+	t.Helper()
+	eventually(t, 90*time.Second, "the Networks are Ready with their bridges and configurations", func() (bool, string) {
+		var notReady []string
+		for _, key := range keys {
+			ns, name, _ := strings.Cut(key, "/")
+			out, err := c.kubectlErr("-n", ns, "get", "network", name, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+			if err != nil || out != "True" {
+				notReady = append(notReady, key+": "+out)
+			}
+		}
+		missing := r.differing(keys, true)
+		return len(notReady) == 0 && len(missing) == 0, fmt.Sprintf("not Ready: %v\nnot built: %v", notReady, missing)
+	})
+}
+
+// checkRealized fails unless every Network's bridge and configuration are there.
+func (r *realizedNetworks) checkRealized(t *testing.T, keys ...string) {
+	t.Helper()
+	if missing := r.differing(keys, true); len(missing) > 0 {
+		t.Errorf("missing on the node: %v", missing)
+	}
+}
+
+// waitCleaned waits for the controller to remove each Network's bridge and configuration.
+func (r *realizedNetworks) waitCleaned(t *testing.T, keys ...string) {
+	t.Helper()
+	eventually(t, 60*time.Second, "the controller removes the bridges and configurations", func() (bool, string) {
+		left := r.differing(keys, false)
+		return len(left) == 0, fmt.Sprintf("still on the node: %v", left)
 	})
 }
