@@ -159,6 +159,19 @@ func TestAggregatedThroughKubeAPIServer(t *testing.T) {
 		t.Errorf("protobuf LIST: %d %s, %d bytes starting %q", resp.StatusCode, resp.Header.Get("Content-Type"), len(body), body[:min(len(body), 16)])
 	}
 
+	// etcd holds the Network as protobuf: etcdctl get shows the "k8s\x00" envelope.
+	args, err := os.ReadFile(filepath.Join(filepath.Dir(c.kubeconfig), "network-apiserver.args"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, endpoint, _ := strings.Cut(string(args), "--etcd-servers\n")
+	endpoint, _, _ = strings.Cut(endpoint, "\n")
+	raw, err := exec.Command(tool(t, "", "etcdctl"), "--endpoints", endpoint, "get", "--print-value-only",
+		"/network-apiserver/samplecrd.k8s.io/networks/default/backend").Output()
+	if err != nil || !bytes.HasPrefix(raw, []byte("k8s\x00")) || !bytes.Contains(raw, []byte("10.10.0.0/24")) {
+		t.Errorf("etcdctl get (endpoint %q): %v, %d bytes starting %q", endpoint, err, len(raw), raw[:min(len(raw), 16)])
+	}
+
 	// RBAC: the view role (aggregated from samplecrd-networks-view by kube-controller-manager)
 	// lets "viewer" read but not write; someone bound to nothing may not even read.
 	c.kubectl(t, "create", "clusterrolebinding", "e2e-viewer", "--clusterrole", "view", "--user", "viewer")
