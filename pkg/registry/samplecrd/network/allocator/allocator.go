@@ -85,7 +85,7 @@ func (a *Allocator) familyPrefix(scope string, p netip.Prefix) string {
 }
 
 func (a *Allocator) key(scope string, p netip.Prefix) string {
-	return a.familyPrefix(scope, p) + addrHex(p.Addr())
+	return a.familyPrefix(scope, p) + addrKey(p.Addr())
 }
 
 func decode(kv []byte) (Allocation, error) {
@@ -117,42 +117,44 @@ func (a *Allocator) claim(ctx context.Context, scope string, p netip.Prefix, own
 	p = p.Masked()
 	family := a.familyPrefix(scope, p)
 	startKey := a.key(scope, p)
-	endKey := family + addrHex(lastAddr(p)) + "\x00" // exclusive end of the keys starting inside p
+	// Keys run from high addresses to low (keys.go): those of allocations starting inside p are
+	// [lowKey, startKey], and the first key after startKey is the nearest allocation below p.
+	lowKey := family + addrKey(lastAddr(p))
+	familyEnd := clientv3.GetPrefixRangeEnd(family)
 	value, err := json.Marshal(record{CIDR: p.String(), Owner: owner, Claimed: a.now().Unix()})
 	if err != nil {
 		return false, err
 	}
 	for range maxAttempts {
-		// One consistent read: any allocation starting inside p, and the nearest one before it.
-		read, err := a.client.Txn(ctx).Then(
-			clientv3.OpGet(startKey, clientv3.WithRange(endKey), clientv3.WithLimit(1)),
-			clientv3.OpGet(family, clientv3.WithRange(startKey), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1)),
-		).Commit()
+		// One read of one key: an allocation starting inside p if there is one (a conflict),
+		// otherwise the nearest one below p. Prefixes are nested or disjoint, so that one overlaps
+		// p exactly when it contains p.
+		read, err := a.client.Get(ctx, lowKey, clientv3.WithRange(familyEnd), clientv3.WithLimit(1))
 		if err != nil {
 			return false, err
 		}
-		inside, before := read.Responses[0].GetResponseRange().Kvs, read.Responses[1].GetResponseRange().Kvs
-		if len(inside) > 0 {
-			return false, a.conflict(p, owner, inside[0].Value)
-		}
 		guards := []clientv3.Cmp{}
-		gapStart := family
-		if len(before) > 0 {
-			prev, err := decode(before[0].Value)
+		gapEnd := familyEnd
+		if len(read.Kvs) > 0 {
+			kv := read.Kvs[0]
+			if string(kv.Key) <= startKey {
+				return false, a.conflict(p, owner, kv.Value)
+			}
+			below, err := decode(kv.Value)
 			if err != nil {
-				return false, fmt.Errorf("allocation %s is corrupt: %w", before[0].Key, err)
+				return false, fmt.Errorf("allocation %s is corrupt: %w", kv.Key, err)
 			}
-			if prev.Prefix.Overlaps(p) {
-				return false, a.conflict(p, owner, before[0].Value)
+			if below.Prefix.Overlaps(p) {
+				return false, a.conflict(p, owner, kv.Value)
 			}
-			guards = append(guards, clientv3.Compare(clientv3.ModRevision(string(before[0].Key)), "=", before[0].ModRevision))
-			gapStart = string(before[0].Key) + "\x00"
+			guards = append(guards, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
+			gapEnd = string(kv.Key)
 		}
 		if dryRun {
 			return false, nil
 		}
-		// Nothing may have appeared between the predecessor and the end of p since the read.
-		guards = append(guards, clientv3.Compare(clientv3.Version(gapStart).WithRange(endKey), "=", 0))
+		// Nothing may have appeared between the end of p and that allocation since the read.
+		guards = append(guards, clientv3.Compare(clientv3.Version(lowKey).WithRange(gapEnd), "=", 0))
 		resp, err := a.client.Txn(ctx).If(guards...).Then(clientv3.OpPut(startKey, string(value))).Commit()
 		if err != nil {
 			return false, err
@@ -233,59 +235,76 @@ func (a *Allocator) Peek(ctx context.Context, scope string, pool netip.Prefix, b
 	return free[0], nil
 }
 
-// freeBlocks returns up to limit free aligned /bits blocks of pool, lowest first.
+// freeBlocksPage is how many allocations freeBlocks reads at a time.
+const freeBlocksPage = 256
+
+// freeBlocks returns up to limit free aligned /bits blocks of pool, highest first. It reads the
+// pool's allocations from the top down, a page at a time (all at one revision), and stops as soon
+// as it has found limit blocks, so a sparse pool costs one short read however full others are.
 func (a *Allocator) freeBlocks(ctx context.Context, scope string, pool netip.Prefix, bits, limit int) ([]netip.Prefix, error) {
 	family := a.familyPrefix(scope, pool)
-	startKey := a.key(scope, pool)
-	endKey := family + addrHex(lastAddr(pool)) + "\x00"
-	read, err := a.client.Txn(ctx).Then(
-		clientv3.OpGet(family, clientv3.WithRange(startKey), clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend), clientv3.WithLimit(1)),
-		clientv3.OpGet(startKey, clientv3.WithRange(endKey)),
-	).Commit()
+	from := family + addrKey(lastAddr(pool))
+	insideEnd := a.key(scope, pool) + "\x00" // exclusive end of the keys starting inside pool
+	is4 := pool.Addr().Is4()
+	one := big.NewInt(1)
+	size := new(big.Int).Lsh(one, uint(pool.Addr().BitLen()-bits))
+	bottom := addrToInt(pool.Addr())
+	top := addrToInt(lastAddr(pool)) // highest address not yet known to be used
+	var free []netip.Prefix
+	// collect adds the aligned blocks inside [bottom, top], from the highest down.
+	collect := func(bottom *big.Int) {
+		b := new(big.Int).Add(top, one)
+		b.Div(b, size).Mul(b, size).Sub(b, size)
+		for ; len(free) < limit && b.Cmp(bottom) >= 0; b.Sub(b, size) {
+			free = append(free, netip.PrefixFrom(intToAddr(b, is4), bits))
+		}
+	}
+	// use marks u as used: the addresses above it are free, the search goes on below it.
+	use := func(u netip.Prefix) {
+		if end := addrToInt(lastAddr(u)); end.Cmp(top) < 0 {
+			collect(new(big.Int).Add(end, one))
+		}
+		if start := new(big.Int).Sub(addrToInt(u.Addr()), one); start.Cmp(top) < 0 {
+			top = start
+		}
+	}
+	var rev int64
+	for len(free) < limit {
+		opts := []clientv3.OpOption{clientv3.WithRange(insideEnd), clientv3.WithLimit(freeBlocksPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		page, err := a.client.Get(ctx, from, opts...)
+		if err != nil {
+			return nil, err
+		}
+		rev = page.Header.Revision
+		for _, kv := range page.Kvs {
+			if al, err := decode(kv.Value); err == nil && al.Prefix.Overlaps(pool) {
+				use(al.Prefix)
+			}
+		}
+		if !page.More || len(page.Kvs) == 0 {
+			break
+		}
+		from = string(page.Kvs[len(page.Kvs)-1].Key) + "\x00"
+	}
+	if len(free) >= limit {
+		return free[:limit], nil
+	}
+	// The nearest allocation below the pool covers its bottom if it contains the pool.
+	below, err := a.client.Get(ctx, insideEnd, clientv3.WithRange(clientv3.GetPrefixRangeEnd(family)),
+		clientv3.WithLimit(1), clientv3.WithRev(rev))
 	if err != nil {
 		return nil, err
 	}
-	var used []netip.Prefix
-	for _, r := range read.Responses {
-		for _, kv := range r.GetResponseRange().Kvs {
-			if al, err := decode(kv.Value); err == nil && al.Prefix.Overlaps(pool) {
-				used = append(used, al.Prefix)
-			}
+	for _, kv := range below.Kvs {
+		if al, err := decode(kv.Value); err == nil && al.Prefix.Overlaps(pool) {
+			use(al.Prefix)
 		}
 	}
-	is4 := pool.Addr().Is4()
-	size := new(big.Int).Lsh(big.NewInt(1), uint(pool.Addr().BitLen()-bits))
-	next := addrToInt(pool.Addr()) // lowest address not yet known to be used
-	poolEnd := addrToInt(lastAddr(pool))
-	var free []netip.Prefix
-	collect := func(gapEnd *big.Int) { // gapEnd is inclusive
-		// First block boundary at or after next.
-		start := new(big.Int).Add(next, new(big.Int).Sub(size, big.NewInt(1)))
-		start.Div(start, size).Mul(start, size)
-		for len(free) < limit {
-			last := new(big.Int).Add(start, size)
-			last.Sub(last, big.NewInt(1))
-			if last.Cmp(gapEnd) > 0 {
-				return
-			}
-			free = append(free, netip.PrefixFrom(intToAddr(start, is4), bits))
-			start.Add(start, size)
-		}
-	}
-	for _, u := range used {
-		uStart, uEnd := addrToInt(u.Addr()), addrToInt(lastAddr(u))
-		if uStart.Cmp(next) > 0 {
-			collect(new(big.Int).Sub(uStart, big.NewInt(1)))
-		}
-		if uEnd.Cmp(next) >= 0 {
-			next = new(big.Int).Add(uEnd, big.NewInt(1))
-		}
-		if len(free) >= limit {
-			return free, nil
-		}
-	}
-	if next.Cmp(poolEnd) <= 0 {
-		collect(poolEnd)
+	if top.Cmp(bottom) >= 0 {
+		collect(bottom)
 	}
 	return free, nil
 }

@@ -8,25 +8,28 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
 
-// An allocation is stored under <root>/<scope>/<family>/<start address as fixed-width hex>, so
-// keys sort in address order within a family and "every allocation starting inside a range" is
-// one contiguous key range.
+// An allocation is stored under <root>/<scope>/<family>/<key>, where the key is the start
+// address with every bit inverted, in fixed-width hex. Keys therefore sort in *descending*
+// address order within a family: the allocations starting inside a range are one contiguous key
+// range, and the nearest allocation starting below an address is the first key after it. etcd
+// serves "first key at or after K" from its index in O(log n), whereas a descending read
+// ("last key before K") makes it load and sort the whole range; that read made every create
+// O(n) in the number of Networks.
 
 func familyOf(a netip.Addr) string {
 	if a.Is4() {
-		return "4"
+		return "ipv4"
 	}
-	return "6"
+	return "ipv6"
 }
 
-func addrHex(a netip.Addr) string { return hex.EncodeToString(a.AsSlice()) }
-
-func addrFromHex(s string) (netip.Addr, bool) {
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		return netip.Addr{}, false
+// addrKey is the key part of an allocation starting at a.
+func addrKey(a netip.Addr) string {
+	b := a.AsSlice()
+	for i := range b {
+		b[i] = ^b[i]
 	}
-	return netip.AddrFromSlice(b)
+	return hex.EncodeToString(b)
 }
 
 // lastAddr is the highest address of a prefix.
