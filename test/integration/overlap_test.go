@@ -482,7 +482,7 @@ func TestOvlAllocationsSurviveRestartAndAreRepaired(t *testing.T) {
 		t.Fatalf("with the allocations deleted, an overlapping dry run still fails: %v", err)
 	}
 	// A stale allocation of a Network that does not exist, claimed long ago.
-	stale := ovlAllocationsPrefix + "_cluster/ipv4/f5d7ffff"
+	stale := ovlAllocationsPrefix + "_cluster/4/0a280000"
 	if _, err := etcd.Put(ctx, stale, `{"cidr":"10.40.0.0/16","namespace":"ghost","name":"gone","claimed":1}`); err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +497,7 @@ func TestOvlAllocationsSurviveRestartAndAreRepaired(t *testing.T) {
 	defer etcd.Close()
 	allocs = ovlAllocations(t, etcd)
 	want := ovlRecord{CIDR: "10.30.0.0/16", Namespace: "repair", Name: "keep"}
-	if len(allocs) != 1 || allocs[ovlAllocationsPrefix+"_cluster/ipv4/f5e1ffff"] != want {
+	if len(allocs) != 1 || allocs[ovlAllocationsPrefix+"_cluster/4/0a1e0000"] != want {
 		t.Fatalf("allocations after the repair %v, want only %+v", allocs, want)
 	}
 	_, err = ovlCreate(c, "repair", ovlNetwork("probe", "10.30.1.0/24"), false)

@@ -85,7 +85,7 @@ func (a *Allocator) familyPrefix(scope string, p netip.Prefix) string {
 }
 
 func (a *Allocator) key(scope string, p netip.Prefix) string {
-	return a.familyPrefix(scope, p) + addrKey(p.Addr())
+	return a.familyPrefix(scope, p) + addrHex(p.Addr())
 }
 
 func decode(kv []byte) (Allocation, error) {
@@ -113,48 +113,66 @@ func (a *Allocator) Check(ctx context.Context, scope string, p netip.Prefix, own
 	return err
 }
 
+// containerKeys returns the keys at which an allocation containing p (and starting below it)
+// would be stored: the distinct start addresses of p's shorter prefixes, one per 1 bit of p's
+// address, so at most 32 for IPv4 and 127 for IPv6 (etcd's default --max-txn-ops is 128).
+func (a *Allocator) containerKeys(scope string, p netip.Prefix) []string {
+	var keys []string
+	prev := p.Addr()
+	for bits := p.Bits() - 1; bits >= 0; bits-- {
+		q, _ := p.Addr().Prefix(bits)
+		if q.Addr() != prev {
+			keys = append(keys, a.key(scope, q))
+			prev = q.Addr()
+		}
+	}
+	return keys
+}
+
 func (a *Allocator) claim(ctx context.Context, scope string, p netip.Prefix, owner Owner, dryRun bool) (bool, error) {
 	p = p.Masked()
-	family := a.familyPrefix(scope, p)
 	startKey := a.key(scope, p)
-	// Keys run from high addresses to low (keys.go): those of allocations starting inside p are
-	// [lowKey, startKey], and the first key after startKey is the nearest allocation below p.
-	lowKey := family + addrKey(lastAddr(p))
-	familyEnd := clientv3.GetPrefixRangeEnd(family)
+	endKey := a.familyPrefix(scope, p) + addrHex(lastAddr(p)) + "\x00" // exclusive end of the keys starting inside p
+	containers := a.containerKeys(scope, p)
 	value, err := json.Marshal(record{CIDR: p.String(), Owner: owner, Claimed: a.now().Unix()})
 	if err != nil {
 		return false, err
 	}
+	reads := []clientv3.Op{clientv3.OpGet(startKey, clientv3.WithRange(endKey), clientv3.WithLimit(1))}
+	for _, key := range containers {
+		reads = append(reads, clientv3.OpGet(key))
+	}
 	for range maxAttempts {
-		// One read of one key: an allocation starting inside p if there is one (a conflict),
-		// otherwise the nearest one below p. Prefixes are nested or disjoint, so that one overlaps
-		// p exactly when it contains p.
-		read, err := a.client.Get(ctx, lowKey, clientv3.WithRange(familyEnd), clientv3.WithLimit(1))
+		// One consistent read: any allocation starting inside p, and those that could contain it.
+		read, err := a.client.Txn(ctx).Then(reads...).Commit()
 		if err != nil {
 			return false, err
 		}
-		guards := []clientv3.Cmp{}
-		gapEnd := familyEnd
-		if len(read.Kvs) > 0 {
-			kv := read.Kvs[0]
-			if string(kv.Key) <= startKey {
-				return false, a.conflict(p, owner, kv.Value)
+		if inside := read.Responses[0].GetResponseRange().Kvs; len(inside) > 0 {
+			return false, a.conflict(p, owner, inside[0].Value)
+		}
+		// The txn commits only if nothing starts inside p and every container key is as read.
+		guards := []clientv3.Cmp{clientv3.Compare(clientv3.Version(startKey).WithRange(endKey), "=", 0)}
+		for i, key := range containers {
+			kvs := read.Responses[i+1].GetResponseRange().Kvs
+			if len(kvs) == 0 {
+				guards = append(guards, clientv3.Compare(clientv3.Version(key), "=", 0))
+				continue
 			}
-			below, err := decode(kv.Value)
+			// A shorter prefix's start can hold a small allocation beside p (10.1.0.0/24 next to
+			// 10.1.2.0/24); only one that contains p is a conflict.
+			below, err := decode(kvs[0].Value)
 			if err != nil {
-				return false, fmt.Errorf("allocation %s is corrupt: %w", kv.Key, err)
+				return false, fmt.Errorf("allocation %s is corrupt: %w", kvs[0].Key, err)
 			}
 			if below.Prefix.Overlaps(p) {
-				return false, a.conflict(p, owner, kv.Value)
+				return false, a.conflict(p, owner, kvs[0].Value)
 			}
-			guards = append(guards, clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision))
-			gapEnd = string(kv.Key)
+			guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision))
 		}
 		if dryRun {
 			return false, nil
 		}
-		// Nothing may have appeared between the end of p and that allocation since the read.
-		guards = append(guards, clientv3.Compare(clientv3.Version(lowKey).WithRange(gapEnd), "=", 0))
 		resp, err := a.client.Txn(ctx).If(guards...).Then(clientv3.OpPut(startKey, string(value))).Commit()
 		if err != nil {
 			return false, err
@@ -235,76 +253,62 @@ func (a *Allocator) Peek(ctx context.Context, scope string, pool netip.Prefix, b
 	return free[0], nil
 }
 
-// freeBlocksPage is how many allocations freeBlocks reads at a time.
-const freeBlocksPage = 256
-
-// freeBlocks returns up to limit free aligned /bits blocks of pool, highest first. It reads the
-// pool's allocations from the top down, a page at a time (all at one revision), and stops as soon
-// as it has found limit blocks, so a sparse pool costs one short read however full others are.
+// freeBlocks returns up to limit free aligned /bits blocks of pool, lowest first.
 func (a *Allocator) freeBlocks(ctx context.Context, scope string, pool netip.Prefix, bits, limit int) ([]netip.Prefix, error) {
-	family := a.familyPrefix(scope, pool)
-	from := family + addrKey(lastAddr(pool))
-	insideEnd := a.key(scope, pool) + "\x00" // exclusive end of the keys starting inside pool
-	is4 := pool.Addr().Is4()
-	one := big.NewInt(1)
-	size := new(big.Int).Lsh(one, uint(pool.Addr().BitLen()-bits))
-	bottom := addrToInt(pool.Addr())
-	top := addrToInt(lastAddr(pool)) // highest address not yet known to be used
-	var free []netip.Prefix
-	// collect adds the aligned blocks inside [bottom, top], from the highest down.
-	collect := func(bottom *big.Int) {
-		b := new(big.Int).Add(top, one)
-		b.Div(b, size).Mul(b, size).Sub(b, size)
-		for ; len(free) < limit && b.Cmp(bottom) >= 0; b.Sub(b, size) {
-			free = append(free, netip.PrefixFrom(intToAddr(b, is4), bits))
-		}
+	startKey := a.key(scope, pool)
+	endKey := a.familyPrefix(scope, pool) + addrHex(lastAddr(pool)) + "\x00"
+	// Allocations that contain the pool, then every allocation inside it (in address order): this
+	// read is as long as the pool is full, which is what finding a gap in it takes.
+	var reads []clientv3.Op
+	for _, key := range a.containerKeys(scope, pool) {
+		reads = append(reads, clientv3.OpGet(key))
 	}
-	// use marks u as used: the addresses above it are free, the search goes on below it.
-	use := func(u netip.Prefix) {
-		if end := addrToInt(lastAddr(u)); end.Cmp(top) < 0 {
-			collect(new(big.Int).Add(end, one))
-		}
-		if start := new(big.Int).Sub(addrToInt(u.Addr()), one); start.Cmp(top) < 0 {
-			top = start
-		}
-	}
-	var rev int64
-	for len(free) < limit {
-		opts := []clientv3.OpOption{clientv3.WithRange(insideEnd), clientv3.WithLimit(freeBlocksPage)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		page, err := a.client.Get(ctx, from, opts...)
-		if err != nil {
-			return nil, err
-		}
-		rev = page.Header.Revision
-		for _, kv := range page.Kvs {
-			if al, err := decode(kv.Value); err == nil && al.Prefix.Overlaps(pool) {
-				use(al.Prefix)
-			}
-		}
-		if !page.More || len(page.Kvs) == 0 {
-			break
-		}
-		from = string(page.Kvs[len(page.Kvs)-1].Key) + "\x00"
-	}
-	if len(free) >= limit {
-		return free[:limit], nil
-	}
-	// The nearest allocation below the pool covers its bottom if it contains the pool.
-	below, err := a.client.Get(ctx, insideEnd, clientv3.WithRange(clientv3.GetPrefixRangeEnd(family)),
-		clientv3.WithLimit(1), clientv3.WithRev(rev))
+	reads = append(reads, clientv3.OpGet(startKey, clientv3.WithRange(endKey)))
+	read, err := a.client.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return nil, err
 	}
-	for _, kv := range below.Kvs {
-		if al, err := decode(kv.Value); err == nil && al.Prefix.Overlaps(pool) {
-			use(al.Prefix)
+	var used []netip.Prefix
+	for _, r := range read.Responses {
+		for _, kv := range r.GetResponseRange().Kvs {
+			if al, err := decode(kv.Value); err == nil && al.Prefix.Overlaps(pool) {
+				used = append(used, al.Prefix)
+			}
 		}
 	}
-	if top.Cmp(bottom) >= 0 {
-		collect(bottom)
+	is4 := pool.Addr().Is4()
+	size := new(big.Int).Lsh(big.NewInt(1), uint(pool.Addr().BitLen()-bits))
+	next := addrToInt(pool.Addr()) // lowest address not yet known to be used
+	poolEnd := addrToInt(lastAddr(pool))
+	var free []netip.Prefix
+	collect := func(gapEnd *big.Int) { // gapEnd is inclusive
+		// First block boundary at or after next.
+		start := new(big.Int).Add(next, new(big.Int).Sub(size, big.NewInt(1)))
+		start.Div(start, size).Mul(start, size)
+		for len(free) < limit {
+			last := new(big.Int).Add(start, size)
+			last.Sub(last, big.NewInt(1))
+			if last.Cmp(gapEnd) > 0 {
+				return
+			}
+			free = append(free, netip.PrefixFrom(intToAddr(start, is4), bits))
+			start.Add(start, size)
+		}
+	}
+	for _, u := range used {
+		uStart, uEnd := addrToInt(u.Addr()), addrToInt(lastAddr(u))
+		if uStart.Cmp(next) > 0 {
+			collect(new(big.Int).Sub(uStart, big.NewInt(1)))
+		}
+		if uEnd.Cmp(next) >= 0 {
+			next = new(big.Int).Add(uEnd, big.NewInt(1))
+		}
+		if len(free) >= limit {
+			return free, nil
+		}
+	}
+	if next.Cmp(poolEnd) <= 0 {
+		collect(poolEnd)
 	}
 	return free, nil
 }

@@ -61,7 +61,7 @@ func TestClaimRejectsOverlapsBothWays(t *testing.T) {
 
 	for cidr, other := range map[string]string{
 		"10.1.2.0/24":   "middle", // inside an existing prefix
-		"10.0.0.0/8":    "above",  // contains existing ones; the highest is named
+		"10.0.0.0/8":    "below",  // contains existing ones; the first is named
 		"10.1.255.0/24": "middle", // the last block of an existing prefix
 		"fd00::/48":     "v6",
 	} {
@@ -71,6 +71,16 @@ func TestClaimRejectsOverlapsBothWays(t *testing.T) {
 			t.Errorf("claim %s: got %v, want an overlap with %s", cidr, err, other)
 		}
 	}
+	// A shorter prefix's start address may hold a small allocation beside the claim.
+	mustClaim("10.4.0.0/24", "beside")
+	mustClaim("10.4.2.0/24", "next")
+	if _, err := a.Claim(ctx, ClusterScope, netip.MustParsePrefix("10.4.0.0/22"), owner("new")); !errors.As(err, new(*OverlapError)) {
+		t.Errorf("claim 10.4.0.0/22 over two /24s: %v, want an overlap", err)
+	}
+	// The longest IPv6 prefix with every bit set has 126 shorter prefixes with distinct starts:
+	// they and the guard fit in one transaction.
+	mustClaim("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffc/126", "many-bits")
+	mustClaim("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fff8/126", "many-bits-2")
 	// The same owner claiming its own prefix again is not a conflict and writes nothing.
 	if claimed, err := a.Claim(ctx, ClusterScope, netip.MustParsePrefix("10.1.0.0/16"), owner("middle")); err != nil || claimed {
 		t.Errorf("re-claim by owner: claimed=%v err=%v, want false, nil", claimed, err)
@@ -187,8 +197,8 @@ func TestAllocateSkipsUsedRangesAndIPv6(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := a.freeBlocks(ctx, ClusterScope, netip.MustParsePrefix("10.30.0.0/22"), 24, 10)
-	if err != nil || len(p) != 2 || p[0].String() != "10.30.3.0/24" || p[1].String() != "10.30.2.0/24" {
-		t.Fatalf("free blocks %v (err %v), want 10.30.3.0/24 and 10.30.2.0/24", p, err)
+	if err != nil || len(p) != 2 || p[0].String() != "10.30.2.0/24" || p[1].String() != "10.30.3.0/24" {
+		t.Fatalf("free blocks %v (err %v), want 10.30.2.0/24 and 10.30.3.0/24", p, err)
 	}
 	v6, err := a.Allocate(ctx, ClusterScope, netip.MustParsePrefix("fd00:1::/48"), 64, owner("v6"))
 	if err != nil || v6.Bits() != 64 || !netip.MustParsePrefix("fd00:1::/48").Contains(v6.Addr()) {
@@ -196,21 +206,21 @@ func TestAllocateSkipsUsedRangesAndIPv6(t *testing.T) {
 	}
 }
 
-// freeBlocks reads a full pool in pages from the top and sees allocations that contain the
-// pool, whether they start with it or below it.
-func TestFreeBlocksPagesAndContainingAllocations(t *testing.T) {
+// freeBlocks skips what is used and sees allocations that contain the pool, whether they start
+// with it or below it.
+func TestFreeBlocksSkipsUsedAndContainingAllocations(t *testing.T) {
 	a := New(startEtcd(t), "/alloc")
 	ctx := context.Background()
 	pool := netip.MustParsePrefix("10.50.0.0/15") // 512 /24s
-	for i := 212; i < 512; i++ {
+	for i := 0; i < 300; i++ {
 		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(50 + i/256), byte(i % 256), 0}), 24)
 		if _, err := a.Claim(ctx, ClusterScope, p, owner(fmt.Sprint("n", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	free, err := a.freeBlocks(ctx, ClusterScope, pool, 24, 3)
-	if err != nil || fmt.Sprint(free) != "[10.50.211.0/24 10.50.210.0/24 10.50.209.0/24]" {
-		t.Fatalf("free blocks %v (err %v), want the three highest below the 300 used", free, err)
+	if err != nil || fmt.Sprint(free) != "[10.51.44.0/24 10.51.45.0/24 10.51.46.0/24]" {
+		t.Fatalf("free blocks %v (err %v), want the three lowest after the 300 used", free, err)
 	}
 	if _, err := a.Claim(ctx, ClusterScope, netip.MustParsePrefix("10.60.0.0/16"), owner("big")); err != nil {
 		t.Fatal(err)

@@ -8,28 +8,31 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
 
-// An allocation is stored under <root>/<scope>/<family>/<key>, where the key is the start
-// address with every bit inverted, in fixed-width hex. Keys therefore sort in *descending*
-// address order within a family: the allocations starting inside a range are one contiguous key
-// range, and the nearest allocation starting below an address is the first key after it. etcd
-// serves "first key at or after K" from its index in O(log n), whereas a descending read
-// ("last key before K") makes it load and sort the whole range; that read made every create
-// O(n) in the number of Networks.
+// An allocation is stored under <root>/<scope>/<family>/<start address as fixed-width hex>, so
+// keys sort in address order within a family and "every allocation starting inside a range" is
+// one contiguous key range.
+//
+// Two CIDR prefixes are either disjoint or nested, so an allocation overlapping p either starts
+// inside p or contains p; one that contains p starts at the start address of one of p's shorter
+// prefixes. A claim therefore reads one (normally empty) range and a few single keys. It never
+// reads "the nearest key below p": etcd answers a range read, even with a limit, by visiting
+// every key of the range to count them, which would make each create O(n).
 
 func familyOf(a netip.Addr) string {
 	if a.Is4() {
-		return "ipv4"
+		return "4"
 	}
-	return "ipv6"
+	return "6"
 }
 
-// addrKey is the key part of an allocation starting at a.
-func addrKey(a netip.Addr) string {
-	b := a.AsSlice()
-	for i := range b {
-		b[i] = ^b[i]
+func addrHex(a netip.Addr) string { return hex.EncodeToString(a.AsSlice()) }
+
+func addrFromHex(s string) (netip.Addr, bool) {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		return netip.Addr{}, false
 	}
-	return hex.EncodeToString(b)
+	return netip.AddrFromSlice(b)
 }
 
 // lastAddr is the highest address of a prefix.
