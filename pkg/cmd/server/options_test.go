@@ -4,6 +4,9 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"k8s.io/apiserver/pkg/features"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 )
 
 func parsedOptions(t *testing.T, args ...string) *Options {
@@ -90,5 +93,17 @@ func TestValidateRejectsBadFlags(t *testing.T) {
 				t.Fatalf("Validate() = %v, want an error naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// Cache snapshots are off unless asked for (they cost memory per write; docs/performance.md).
+func TestListFromCacheSnapshotDefaultsOff(t *testing.T) {
+	parsedOptions(t, "--data-dir", t.TempDir())
+	if utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {
+		t.Error("ListFromCacheSnapshot is on by default")
+	}
+	parsedOptions(t, "--data-dir", t.TempDir(), "--feature-gates", "ListFromCacheSnapshot=true")
+	if !utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {
+		t.Error("--feature-gates=ListFromCacheSnapshot=true did not turn it on")
 	}
 }
