@@ -7,6 +7,9 @@ PORT ?= 8443
 # e.g. CONTROLLER_FLAGS=--controllers=false, or --backend-netns=/var/run/netns/demo --cni-conf-dir=/tmp/cni
 CONTROLLER_FLAGS ?=
 LOCAL_CLUSTER_DIR ?= $(CURDIR)/_output/local-cluster
+# make bench: extra flags (go run ./test/bench -h lists them); PROFILE=1 adds CPU and heap profiles
+BENCH_FLAGS ?=
+PROFILE ?=
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 # /version reports the k8s.io/apiserver level the server is built on (it also sets the server's
 # emulation version, so it must be a Kubernetes version) and this repository's commit.
@@ -18,7 +21,7 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(KUBE_VERSION) -X $(VERSION_PKG).gitMaj
   -X $(VERSION_PKG).gitCommit=$(GIT_COMMIT) -X $(VERSION_PKG).gitTreeState=$(GIT_TREE) \
   -X $(VERSION_PKG).buildDate=$(shell date -u +%Y-%m-%dT%H:%M:%SZ)
 
-.PHONY: all build run test test-unit test-integration test-e2e verify codegen tools clean cluster-up cluster-down
+.PHONY: all build run test test-unit test-integration test-e2e test-bench-quick bench verify codegen tools clean cluster-up cluster-down
 
 all: build
 
@@ -47,7 +50,7 @@ cluster-down:
 	LOCAL_CLUSTER_DIR=$(LOCAL_CLUSTER_DIR) hack/local-up-cluster.sh down
 
 ## test: verify, then unit, integration and end-to-end tests (root: the network tests make namespaces)
-test: verify test-unit test-integration test-e2e
+test: verify test-unit test-integration test-e2e test-bench-quick
 
 test-unit:
 	hack/install-deps.sh netns
@@ -63,6 +66,21 @@ test-integration:
 test-e2e: build
 	hack/build-tools.sh
 	$(GO) test $(GO_TEST_FLAGS) ./test/e2e/...
+
+## test-bench-quick: the bench's own tests, then its -quick mode once (a minute or two). It fails
+## only when the run does not complete, a request fails, a figure is missing or a watch event is
+## lost; speeds are never asserted.
+test-bench-quick: build
+	hack/build-tools.sh
+	$(GO) test $(GO_TEST_FLAGS) ./test/bench/...
+	$(GO) run ./test/bench -quick -out $(CURDIR)/_output/bench/quick
+
+## bench: network-apiserver against the best CRD for the same API (kube-apiserver, same etcd), on
+## a local cluster it starts and stops itself; prints a table, writes _output/bench/bench-<time>.json.
+## The default sizes take about 10 minutes on 2 cores. BENCH_FLAGS="-n 2000 ...", PROFILE=1.
+bench: build
+	hack/build-tools.sh
+	$(GO) run ./test/bench $(if $(filter 1,$(PROFILE)),-profile) $(BENCH_FLAGS)
 
 ## verify: gofmt, go vet, go.mod tidy and fresh generated code
 verify:

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// createResult is one parallel create run.
+type createResult struct {
+	Objects int `json:"objects"`
+	// StoredBefore is how many objects of the kind the server held when the run began.
+	StoredBefore int      `json:"storedBefore"`
+	Clients      int      `json:"clients"`
+	Created      int      `json:"created"`
+	Errors       int      `json:"errors"`
+	FirstErrs    []string `json:"firstErrors,omitempty"`
+	Seconds      float64  `json:"seconds"`
+	PerSecond    float64  `json:"perSecond"`
+	Latency      dist     `json:"latency"`
+}
+
+// requestTimeout bounds every single request the bench makes.
+const requestTimeout = 2 * time.Minute
+
+// createMany creates objects first..first+count-1 in ns with clients goroutines pulling the next
+// index from a shared counter, and measures throughput and per-request latency.
+func createMany(ctx context.Context, b backend, ns string, first, count, clients int, dryRun bool) *createResult {
+	var (
+		next      atomic.Int64
+		mu        sync.Mutex
+		latencies = make([]time.Duration, 0, count)
+		res       = &createResult{Objects: count, Clients: clients}
+		wg        sync.WaitGroup
+	)
+	start := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= count || ctx.Err() != nil {
+					break
+				}
+				rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+				t := time.Now()
+				err := b.create(rctx, ns, first+i, dryRun)
+				d := time.Since(t)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					res.Errors++
+					if len(res.FirstErrs) < 5 {
+						res.FirstErrs = append(res.FirstErrs, err.Error())
+					}
+					mu.Unlock()
+					continue
+				}
+				mine = append(mine, d)
+			}
+			mu.Lock()
+			latencies = append(latencies, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	res.Created = len(latencies)
+	res.Seconds = elapsed.Seconds()
+	res.PerSecond = float64(res.Created) / elapsed.Seconds()
+	res.Latency = summarize(latencies)
+	return res
+}

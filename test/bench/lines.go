@@ -1,0 +1,127 @@
+package main
+
+import "fmt"
+
+// buildLines turns the raw figures into the table's rows.
+func (r *results) buildLines() {
+	r.Lines = nil
+	o, c, cfg := &r.Ours, &r.CRD, r.Config
+	r.createLines(fmt.Sprintf("create %d direct, %d clients", cfg.N, cfg.Clients), o.Create, c.Create, 2.5)
+
+	n := cfg.N
+	r.listLines(fmt.Sprintf("LIST %d", n), o.Lists["json"], o.Lists["protobuf"], c.Lists["json"], c.Lists["protobuf"], 3, true)
+	r.listLines(fmt.Sprintf("paged LIST %d (limit %d)", n, pageLimit), o.Lists["paged-json"], o.Lists["paged-protobuf"],
+		c.Lists["paged-json"], c.Lists["paged-protobuf"], 0, false)
+
+	name := fmt.Sprintf("watch %d watchers × %d updates", cfg.Watchers, cfg.Updates)
+	var op50, op99, cp50, cp99, olost, clost *float64
+	if w := o.Watch; w != nil {
+		op50, op99, olost = val(w.Latency.P50Ms), val(w.Latency.P99Ms), val(float64(w.Lost))
+	}
+	if w := c.Watch; w != nil {
+		cp50, cp99, clost = val(w.Latency.P50Ms), val(w.Latency.P99Ms), val(float64(w.Lost))
+	}
+	r.addLine(name+": delivery p50", unitMs, op50, cp50, false, 0)
+	r.addLine(name+": delivery p99", unitMs, op99, cp99, false, 2)
+	r.addLine(name+": events lost (must be 0)", unitCount, olost, clost, false, 0)
+
+	r.createLines(fmt.Sprintf("create %d via aggregator, %d clients", cfg.N/2, cfg.Clients), o.CreateAggregated, c.CreateAggregated, 1.5)
+	r.listLines(fmt.Sprintf("LIST %d via aggregator", n), o.Lists["aggregated-json"], o.Lists["aggregated-protobuf"],
+		c.Lists["aggregated-json"], c.Lists["aggregated-protobuf"], 3, false)
+
+	for _, size := range cfg.MemorySizes {
+		om, cm := sampleAt(o.Memory, size), sampleAt(c.Memory, size)
+		var oh, or, ch, cr *float64
+		label := size
+		if om != nil {
+			oh, or, label = val(om.HeapPerObject), val(om.RSSPerObject), om.Objects
+		}
+		if cm != nil {
+			ch, cr = val(cm.HeapPerObject), val(cm.RSSPerObject)
+		}
+		r.addLine(fmt.Sprintf("live heap per object at %d", label), unitPerObj, oh, ch, false, 4)
+		r.addLine(fmt.Sprintf("RSS per object at %d", label), unitPerObj, or, cr, false, 0)
+	}
+
+	var osync, csync *float64
+	if o.Sync != nil {
+		osync = val(o.Sync.Seconds * 1000)
+	}
+	if c.Sync != nil {
+		csync = val(c.Sync.Seconds * 1000)
+	}
+	r.addLine(fmt.Sprintf("informer cold sync, %d informers × %d", informers, cfg.SyncObjects), unitMs, osync, csync, false, 5)
+
+	var orr, ofl, crr, cfl *float64
+	if x := o.Restart; x != nil {
+		orr, ofl = val(x.ReadyMs), val(x.FirstListMs)
+	}
+	if x := c.Restart; x != nil {
+		crr, cfl = val(x.ReadyMs), val(x.FirstListMs)
+	}
+	r.addLine(fmt.Sprintf("restart with %d stored: start → /readyz", cfg.RestartObjects), unitMs, orr, crr, false, 0)
+	r.addLine(fmt.Sprintf("restart with %d stored: start → full LIST", cfg.RestartObjects), unitMs, ofl, cfl, false, 2)
+
+	stored := cfg.maxSize()
+	if o.CreateAtMax != nil {
+		stored = o.CreateAtMax.StoredBefore
+	}
+	r.createLines(fmt.Sprintf("create %d with %d stored", cfg.N, stored), o.CreateAtMax, c.CreateAtMax, 2.5)
+}
+
+func (r *results) createLines(name string, ours, crd *createResult, target float64) {
+	var orate, op50, op99, crate, cp50, cp99 *float64
+	if ours != nil {
+		orate, op50, op99 = val(ours.PerSecond), val(ours.Latency.P50Ms), val(ours.Latency.P99Ms)
+	}
+	if crd != nil {
+		crate, cp50, cp99 = val(crd.PerSecond), val(crd.Latency.P50Ms), val(crd.Latency.P99Ms)
+	}
+	r.addLine(name+": throughput", unitRate, orate, crate, true, target)
+	r.addLine(name+": latency p50", unitMs, op50, cp50, false, 0)
+	r.addLine(name+": latency p99", unitMs, op99, cp99, false, 0)
+}
+
+// listLines adds the time lines for JSON and protobuf (the CRD's protobuf is N/A, compared with
+// its JSON), and with sizes the response size lines.
+func (r *results) listLines(name string, oj, op, cj, cp *listResult, target float64, sizes bool) {
+	ms := func(l *listResult) *float64 {
+		if l == nil || l.notAcceptable() {
+			return nil
+		}
+		return val(l.MedianMs)
+	}
+	bytes := func(l *listResult) *float64 {
+		if l == nil || l.notAcceptable() {
+			return nil
+		}
+		return val(float64(l.Bytes))
+	}
+	r.addLine(name+" JSON: median time", unitMs, ms(oj), ms(cj), false, target)
+	pl := r.addLine(name+" protobuf: median time", unitMs, ms(op), ms(cp), false, target)
+	noProtobuf(pl, cp, ms(cj))
+	if sizes {
+		r.addLine(name+" JSON: response size", unitBytes, bytes(oj), bytes(cj), false, 0)
+		sl := r.addLine(name+" protobuf: response size", unitBytes, bytes(op), bytes(cp), false, 2)
+		noProtobuf(sl, cp, bytes(cj))
+	}
+}
+
+// noProtobuf marks the CRD's protobuf figure N/A when it answered 406 and compares ours with
+// the CRD's JSON figure instead.
+func noProtobuf(l *line, crd *listResult, crdJSON *float64) {
+	if crd != nil && crd.notAcceptable() {
+		l.CRDNote = "N/A (406)"
+		l.RatioBase = crdJSON
+		l.computeRatio()
+	}
+}
+
+func sampleAt(samples []*memSample, size int) *memSample {
+	for _, s := range samples {
+		if s.Target == size {
+			return s
+		}
+	}
+	return nil
+}

@@ -1,0 +1,233 @@
+// Command bench measures network-apiserver against the best CustomResourceDefinition for the
+// same API, served by kube-apiserver from the same etcd, in one run on loopback: creates, LISTs,
+// watch fan-out, the aggregation layer, memory per object, informer cold sync, restart to ready
+// and creates with many objects stored. It prints a side-by-side table and writes every raw
+// figure as JSON. `make bench` runs it; `make test` runs its -quick mode.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// Fixed shape of some workloads.
+const (
+	informers = 10  // informers started at once in the cold sync
+	pageLimit = 500 // page size of the paged LIST
+	listRuns  = 5   // each LIST is timed this many times; the table shows the median
+)
+
+// config is what the flags choose; it is part of the JSON file.
+type config struct {
+	N              int    `json:"n"`
+	Clients        int    `json:"clients"`
+	Watchers       int    `json:"watchers"`
+	Updates        int    `json:"updates"`
+	SyncObjects    int    `json:"syncObjects"`
+	MemorySizes    []int  `json:"memorySizes"`
+	RestartObjects int    `json:"restartObjects"`
+	Quick          bool   `json:"quick"`
+	Profile        bool   `json:"profile"`
+	ProfileSeconds int    `json:"profileSeconds"`
+	Compression    bool   `json:"compression"`
+	Out            string `json:"out"`
+}
+
+// maxSize is the largest number of objects the run stores before its last creates.
+func (c config) maxSize() int {
+	return slices.Max(append([]int{c.SyncObjects, c.RestartObjects}, c.MemorySizes...))
+}
+
+// checkpoints are the store sizes the run fills up to, in growing order.
+func (c config) checkpoints() []int {
+	s := append([]int{c.SyncObjects, c.RestartObjects}, c.MemorySizes...)
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+func (c config) validate() error {
+	var errs []error
+	for name, v := range map[string]int{"-n": c.N, "-clients": c.Clients, "-watchers": c.Watchers, "-updates": c.Updates,
+		"-sync-objects": c.SyncObjects, "-restart-objects": c.RestartObjects, "-profile-seconds": c.ProfileSeconds} {
+		if v < 1 {
+			errs = append(errs, fmt.Errorf("%s must be at least 1", name))
+		}
+	}
+	if c.N < 2 {
+		errs = append(errs, fmt.Errorf("-n must be at least 2"))
+	}
+	if len(c.MemorySizes) == 0 {
+		errs = append(errs, fmt.Errorf("-memory-sizes must name at least one size"))
+	}
+	for _, s := range c.MemorySizes {
+		if s < 1 {
+			errs = append(errs, fmt.Errorf("-memory-sizes: %d is not a size", s))
+		}
+	}
+	// Object numbers are never reused: every create takes the next /28 of 10.0.0.0/8.
+	if total := c.maxSize() + c.N + c.N/2 + c.N; total > maxObjects {
+		errs = append(errs, fmt.Errorf("the run would create %d objects; 10.0.0.0/8 holds %d /28s", total, maxObjects))
+	}
+	return errors.Join(errs...)
+}
+
+// sizesFlag is a comma-separated list of object counts.
+type sizesFlag []int
+
+func (s *sizesFlag) String() string {
+	parts := make([]string, len(*s))
+	for i, v := range *s {
+		parts[i] = strconv.Itoa(v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (s *sizesFlag) Set(v string) error {
+	var out []int
+	for _, p := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil {
+			return err
+		}
+		out = append(out, n)
+	}
+	*s = out
+	return nil
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	c := config{}
+	sizes := sizesFlag{20000, 100000}
+	fs.IntVar(&c.N, "n", 5000, "objects created by the create workloads (the aggregated one creates n/2)")
+	fs.IntVar(&c.Clients, "clients", 32, "concurrent clients of the create workloads and fills")
+	fs.IntVar(&c.Watchers, "watchers", 100, "watchers of the watch fan-out")
+	fs.IntVar(&c.Updates, "updates", 500, "updates of the watch fan-out")
+	fs.IntVar(&c.SyncObjects, "sync-objects", 50000, "objects stored for the informer cold sync")
+	fs.Var(&sizes, "memory-sizes", "comma-separated object counts at which memory per object is measured")
+	fs.IntVar(&c.RestartObjects, "restart-objects", 50000, "objects stored when the servers are restarted")
+	fs.BoolVar(&c.Quick, "quick", false, "tiny sizes (n=200, 5 watchers, 20 updates, sync 1000, memory 500,1000, restart 1000): a check that everything works, in a minute or two")
+	fs.BoolVar(&c.Profile, "profile", false, "also write CPU profiles (taken during the first creates) and heap profiles (at the largest memory size) of both servers into the output dir")
+	fs.IntVar(&c.ProfileSeconds, "profile-seconds", 10, "length of the CPU profiles")
+	fs.BoolVar(&c.Compression, "compression", false, "let clients ask for gzip responses (off by default: on loopback it only costs the servers CPU)")
+	fs.StringVar(&c.Out, "out", "_output/bench", "directory for the JSON file (bench-<time>.json) and profiles")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	c.MemorySizes = sizes
+	if c.Quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		quick := map[string]func(){
+			"n": func() { c.N = 200 }, "watchers": func() { c.Watchers = 5 }, "updates": func() { c.Updates = 20 },
+			"sync-objects": func() { c.SyncObjects = 1000 }, "memory-sizes": func() { c.MemorySizes = []int{500, 1000} },
+			"restart-objects": func() { c.RestartObjects = 1000 }, "profile-seconds": func() { c.ProfileSeconds = 3 },
+		}
+		for name, apply := range quick {
+			if !set[name] {
+				apply()
+			}
+		}
+	}
+	return c, c.validate()
+}
+
+// repoRoot is the nearest directory up from the working directory holding hack/local-up-cluster.sh.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "hack", "local-up-cluster.sh")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("run the bench inside the network-apiserver repository (no hack/local-up-cluster.sh above the working directory)")
+		}
+		dir = parent
+	}
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	// A signal ends the run the way a failure does: partial results, then the cluster stopped.
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-signals
+		fmt.Fprintf(os.Stderr, "bench: received %v; stopping\n", sig)
+		cancel()
+	}()
+	code := run(ctx, cfg)
+	signal.Stop(signals)
+	cancel()
+	os.Exit(code)
+}
+
+// run starts the cluster, measures, stops the cluster whatever happened, and reports. The exit
+// code is 1 when a step failed, a request failed, a figure is missing or an event was lost.
+func run(ctx context.Context, cfg config) int {
+	root, err := repoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	for _, b := range []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager", "kubectl", "network-apiserver"} {
+		if err := mustExist(filepath.Join(root, "_output", "bin", b), "make build && hack/build-tools.sh"); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			return 2
+		}
+	}
+	if !filepath.IsAbs(cfg.Out) {
+		cfg.Out = filepath.Join(root, cfg.Out)
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	cl, err := newCluster(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	b := newBench(cfg, cl)
+	// Down runs however the run ends; a signal cancels ctx, which ends the run.
+	runErr := b.run(ctx)
+	if runErr != nil {
+		b.res.Errors = append(b.res.Errors, "run stopped: "+runErr.Error())
+	}
+	if len(b.res.Errors) > 0 {
+		logs := filepath.Join(cfg.Out, "logs-"+b.res.Started.Format("20060102-150405"))
+		if err := os.MkdirAll(logs, 0o755); err == nil {
+			cl.saveLogs(logs)
+			fmt.Fprintf(os.Stderr, "bench: server logs saved in %s\n", logs)
+		}
+	}
+	fmt.Fprintln(os.Stderr, "bench: stopping the cluster")
+	if err := cl.down(); err != nil {
+		b.res.Errors = append(b.res.Errors, "cluster-down: "+err.Error())
+	}
+	return b.report()
+}

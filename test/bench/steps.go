@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The workloads in the order the run takes them; see bench.run.
+
+// 1. N creates directly, with CPU profiles taken meanwhile when asked.
+func (b *bench) createDirect(ctx context.Context) error {
+	for _, s := range b.sides() {
+		// Dry runs first, on both paths: the first requests of a kind pay for lazily built
+		// handlers, compiled CEL rules and authorization caches, which are not what we measure.
+		for _, be := range []backend{s.direct, s.aggregated} {
+			for _, ns := range []string{benchNamespace, aggNamespace} {
+				if w := createMany(ctx, be, ns, s.next, 2*b.cfg.Clients, b.cfg.Clients, true); w.Errors > 0 {
+					b.fail("%s: warm-up dry-run creates: %d failed; first errors: %s", s.name, w.Errors, strings.Join(w.FirstErrs, " | "))
+				}
+			}
+		}
+		var profile func() (string, error)
+		if b.cfg.Profile {
+			profile = cpuProfile(ctx, s.direct.endpoint(), b.cfg.ProfileSeconds, b.cfg.Out,
+				fmt.Sprintf("cpu-%s-create-%s.pprof", s.component, b.res.Started.Format("20060102-150405")))
+		}
+		s.fig.Create = b.creates(ctx, s, s.direct, benchNamespace, b.cfg.N, "create")
+		if profile != nil {
+			if f, err := profile(); err != nil {
+				b.fail("%s: CPU profile: %v", s.name, err)
+			} else {
+				s.fig.Profiles = append(s.fig.Profiles, f)
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// 2. LIST the N objects: whole, in JSON and protobuf, and in pages.
+func (b *bench) lists(ctx context.Context) error {
+	for _, s := range b.sides() {
+		path := s.direct.collectionPath(benchNamespace)
+		for _, accept := range []string{acceptJSON, acceptProtobuf} {
+			step("%s: LIST %s (%s), %d times, whole and in pages of %d", s.name, path, accept, listRuns, pageLimit)
+			whole, err := listAll(ctx, s.direct.endpoint(), path, accept, listRuns)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			paged, err := listPaged(ctx, s.direct.endpoint(), path, accept, pageLimit, listRuns)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			b.checkList(s, whole, paged)
+			s.fig.Lists[encodingName(accept)] = whole
+			s.fig.Lists["paged-"+encodingName(accept)] = paged
+		}
+	}
+	return nil
+}
+
+func encodingName(accept string) string {
+	if accept == acceptProtobuf {
+		return "protobuf"
+	}
+	return "json"
+}
+
+// checkList wants every LIST to return the N objects, except the CRD's protobuf one, a 406.
+func (b *bench) checkList(s *side, lists ...*listResult) {
+	for _, l := range lists {
+		if l.notAcceptable() && s == b.crd {
+			continue
+		}
+		if l.notAcceptable() || l.Items != b.cfg.N {
+			b.fail("%s: LIST (%s) returned %d items with status %d, want %d", s.name, l.Accept, l.Items, l.Status, b.cfg.N)
+		}
+	}
+}
+
+// 3. Watch fan-out over the N objects.
+func (b *bench) watchFanout(ctx context.Context) error {
+	names := make([]string, b.cfg.N)
+	for i := range names {
+		names[i] = objectName(i)
+	}
+	for _, s := range b.sides() {
+		// The first N objects of each side are the ones in benchNamespace.
+		step("%s: watch fan-out: %d watchers, %d updates", s.name, b.cfg.Watchers, b.cfg.Updates)
+		w, err := watchFanout(ctx, s.direct, benchNamespace, names, b.cfg.Watchers, b.cfg.Updates)
+		if err != nil {
+			return fmt.Errorf("%s: watch: %w", s.name, err)
+		}
+		s.fig.Watch = w
+		step("%s: watch: p50 %.1f ms, p99 %.1f ms, %d of %d events lost", s.name, w.Latency.P50Ms, w.Latency.P99Ms, w.Lost, w.Expected)
+		if w.Lost > 0 || w.UpdateErrors > 0 || len(w.WatchErrors) > 0 {
+			b.fail("%s: watch: %d of %d events lost, %d updates failed, errors: %s", s.name, w.Lost, w.Expected, w.UpdateErrors, strings.Join(w.WatchErrors, " | "))
+		}
+	}
+	return nil
+}
+
+// 4. Creates and LISTs through kube-apiserver: ours via the aggregation layer, the CRD as always.
+func (b *bench) aggregated(ctx context.Context) error {
+	for _, s := range b.sides() {
+		s.fig.CreateAggregated = b.creates(ctx, s, s.aggregated, aggNamespace, b.cfg.N/2, "create via kube-apiserver")
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		path := s.aggregated.collectionPath(benchNamespace)
+		for _, accept := range []string{acceptJSON, acceptProtobuf} {
+			step("%s: LIST %s (%s) via kube-apiserver, %d times", s.name, path, accept, listRuns)
+			l, err := listAll(ctx, s.aggregated.endpoint(), path, accept, listRuns)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			b.checkList(s, l)
+			s.fig.Lists["aggregated-"+encodingName(accept)] = l
+		}
+	}
+	return nil
+}
+
+// 5–7. Fill both servers up to each checkpoint, then measure what is due at that size:
+// memory, then informer cold sync, then restarts (which disturb the processes most).
+func (b *bench) growing(ctx context.Context) error {
+	largestMemory := slices.Max(b.cfg.MemorySizes)
+	for _, size := range b.cfg.checkpoints() {
+		for _, s := range b.sides() {
+			if count := size - s.stored; count > 0 {
+				s.fig.Fills = append(s.fig.Fills, b.creates(ctx, s, s.direct, benchNamespace, count, fmt.Sprintf("fill to %d", size)))
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+			}
+		}
+		if slices.Contains(b.cfg.MemorySizes, size) {
+			for _, s := range b.sides() {
+				m, err := measureMemory(ctx, s.direct.endpoint(), b.cl, s.component, s.stored, s.fig.MemoryBaseline)
+				if err != nil {
+					return fmt.Errorf("%s: memory: %w", s.name, err)
+				}
+				m.Target = size
+				s.fig.Memory = append(s.fig.Memory, m)
+				step("%s: memory at %d: heap %.0f B/object, RSS %.0f B/object", s.name, m.Objects, m.HeapPerObject, m.RSSPerObject)
+				if b.cfg.Profile && size == largestMemory {
+					f, err := heapProfile(ctx, s.direct.endpoint(), b.cfg.Out,
+						fmt.Sprintf("heap-%s-%d-%s.pprof", s.component, size, b.res.Started.Format("20060102-150405")))
+					if err != nil {
+						b.fail("%s: heap profile: %v", s.name, err)
+					} else {
+						s.fig.Profiles = append(s.fig.Profiles, f)
+					}
+				}
+			}
+		}
+		if size == b.cfg.SyncObjects {
+			for _, s := range b.sides() {
+				step("%s: informer cold sync: %d informers, %d objects", s.name, informers, s.stored)
+				r, err := coldSync(ctx, s.direct, informers, s.stored)
+				if err != nil {
+					return fmt.Errorf("%s: informer sync: %w", s.name, err)
+				}
+				s.fig.Sync = r
+				step("%s: informers synced in %.2f s", s.name, r.Seconds)
+			}
+		}
+		if size == b.cfg.RestartObjects {
+			for _, s := range b.sides() {
+				step("%s: restarting %s with %d objects stored", s.name, s.component, s.stored)
+				r, err := restartServer(ctx, b.cl, s.component, s.direct, s.stored)
+				if err != nil {
+					return fmt.Errorf("%s: restart: %w", s.name, err)
+				}
+				s.fig.Restart = r
+				step("%s: ready after %.2f s, first full LIST after %.2f s", s.name, r.ReadyMs/1000, r.FirstListMs/1000)
+			}
+			// Our server reaches its clients' authorization (and the aggregated path) through
+			// kube-apiserver: both must be back before anything else is measured.
+			if err := b.waitServing(ctx, b.ours.aggregated, "network-apiserver via kube-apiserver"); err != nil {
+				return err
+			}
+			if err := b.waitServing(ctx, b.ours.direct, "network-apiserver"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// 8. N more creates with the largest number of objects stored.
+func (b *bench) createAtMax(ctx context.Context) error {
+	for _, s := range b.sides() {
+		s.fig.CreateAtMax = b.creates(ctx, s, s.direct, benchNamespace, b.cfg.N, fmt.Sprintf("create with %d stored", s.stored))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
