@@ -30,11 +30,9 @@ func newCluster(root string) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	ports := make([]int, 4)
-	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
-			return nil, err
-		}
+	ports, err := freePorts(4)
+	if err != nil {
+		return nil, err
 	}
 	c := &cluster{root: root, state: filepath.Join(dir, "cluster"), apiserverPort: ports[2], networkPort: ports[3]}
 	c.env = append(os.Environ(), "LOCAL_CLUSTER_DIR="+c.state,
@@ -45,13 +43,19 @@ func newCluster(root string) (*cluster, error) {
 	return c, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts returns n distinct free loopback ports. The listeners stay open until all n are
+// picked: closed one by one, the kernel may hand out the same port twice.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // script runs hack/local-up-cluster.sh ARG, its output going to our stderr.

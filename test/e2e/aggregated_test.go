@@ -30,9 +30,10 @@ func localCluster(t *testing.T, extraEnv ...string) *standalone {
 		tool(t, "", b)
 	}
 	state := filepath.Join(t.TempDir(), "cluster")
+	ports := freePorts(t, 4)
 	env := append(os.Environ(), "LOCAL_CLUSTER_DIR="+state,
-		fmt.Sprintf("ETCD_PORT=%d", freePort(t)), fmt.Sprintf("ETCD_PEER_PORT=%d", freePort(t)),
-		fmt.Sprintf("APISERVER_PORT=%d", freePort(t)), fmt.Sprintf("NETWORK_APISERVER_PORT=%d", freePort(t)))
+		fmt.Sprintf("ETCD_PORT=%d", ports[0]), fmt.Sprintf("ETCD_PEER_PORT=%d", ports[1]),
+		fmt.Sprintf("APISERVER_PORT=%d", ports[2]), fmt.Sprintf("NETWORK_APISERVER_PORT=%d", ports[3]))
 	env = append(env, extraEnv...)
 	script := func(ctx context.Context, arg string) (string, error) {
 		cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "local-up-cluster.sh"), arg)
