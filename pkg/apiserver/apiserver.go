@@ -1,13 +1,16 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/klog/v2"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
@@ -15,6 +18,9 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1beta1"
 	networkstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
 )
+
+// allocatorPingTimeout bounds /readyz's check of the allocator's etcd client.
+const allocatorPingTimeout = 2 * time.Second
 
 // Config is the configuration of a network-apiserver.
 type Config struct {
@@ -26,9 +32,9 @@ type Config struct {
 type ExtraConfig struct {
 	// Allocations keeps Networks from overlapping; required outside unit tests.
 	Allocations *networkstorage.Allocations
-	// RepairInterval is how often allocations are rebuilt from the stored Networks after the
-	// repair at start; RepairGrace is how old an unowned allocation must be to be removed.
-	RepairInterval, RepairGrace time.Duration
+	// VerifyInterval is how often the allocation invariant is verified (and what is safe to fix,
+	// fixed), starting right after the server starts.
+	VerifyInterval time.Duration
 }
 
 // CompletedConfig is a Config whose defaults have been filled in; only it can build a server.
@@ -44,11 +50,8 @@ type Server struct {
 
 // Complete fills in defaults. It changes the receiver.
 func (c *Config) Complete() CompletedConfig {
-	if c.Extra.RepairInterval == 0 {
-		c.Extra.RepairInterval = 10 * time.Minute
-	}
-	if c.Extra.RepairGrace == 0 {
-		c.Extra.RepairGrace = time.Minute
+	if c.Extra.VerifyInterval == 0 {
+		c.Extra.VerifyInterval = 10 * time.Minute
 	}
 	return CompletedConfig{generic: c.GenericConfig.Complete(), extra: c.Extra}
 }
@@ -77,18 +80,25 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	if a := c.extra.Allocations; a != nil {
-		// The server is not ready until the allocations match the stored Networks.
-		generic.AddPostStartHookOrDie("repair-network-allocations", func(hook genericapiserver.PostStartHookContext) error {
-			if err := a.Repair(hook, networks, c.extra.RepairGrace); err != nil {
-				return fmt.Errorf("repairing network allocations: %w", err)
-			}
-			go wait.Until(func() {
-				if err := a.Repair(hook, networks, c.extra.RepairGrace); err != nil {
-					klog.ErrorS(err, "Repairing network allocations failed")
+		// Creates and deletes keep the allocations exactly the stored Networks, so readiness does
+		// not wait for the verifier; it reports (and where safe fixes) what data written around
+		// the API, or by older versions of this server, broke.
+		generic.AddPostStartHookOrDie("verify-network-allocations", func(hook genericapiserver.PostStartHookContext) error {
+			go wait.UntilWithContext(hook, func(ctx context.Context) {
+				if _, err := a.Verify(ctx); err != nil {
+					klog.ErrorS(err, "Verifying network allocations failed")
 				}
-			}, c.extra.RepairInterval, hook.Done())
+			}, c.extra.VerifyInterval)
 			return nil
 		})
+		// Creates and deletes use the allocator's own etcd client: readiness covers it too.
+		if err := generic.AddReadyzChecks(healthz.NamedCheck("etcd-allocator", func(r *http.Request) error {
+			ctx, cancel := context.WithTimeout(r.Context(), allocatorPingTimeout)
+			defer cancel()
+			return a.Allocator.Ping(ctx)
+		})); err != nil {
+			return nil, err
+		}
 	}
 	return &Server{GenericAPIServer: generic}, nil
 }

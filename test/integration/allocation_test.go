@@ -90,6 +90,24 @@ func TestAlcPools(t *testing.T) {
 	})
 
 	t.Run("v1beta1 round trip", func(t *testing.T) { alcV1beta1(t, s.Config, c) })
+
+	t.Run("dry run shows the prefix a create gets", func(t *testing.T) {
+		for i := range 3 {
+			name := fmt.Sprint("dry-", i)
+			dry, err := ovlCreate(c, "alc-dry", alcAuto(name, 120), true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			created, err := ovlCreate(c, "alc-dry", alcAuto(name, 120), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dry.Spec.CIDR != created.Spec.CIDR || dry.Spec.Gateway != created.Spec.Gateway {
+				t.Errorf("dry run answered %s (gateway %s), the create got %s (gateway %s)",
+					dry.Spec.CIDR, dry.Spec.Gateway, created.Spec.CIDR, created.Spec.Gateway)
+			}
+		}
+	})
 }
 
 // alcExhaust races 300 creates for 256 /24s of a /16.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
@@ -16,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
@@ -102,11 +104,12 @@ func ovlEtcd(t *testing.T, endpoint string) *clientv3.Client {
 	return c
 }
 
-// ovlRecord is the part of a stored allocation the tests look at.
+// ovlRecord is a stored allocation.
 type ovlRecord struct {
 	CIDR      string `json:"cidr"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+	UID       string `json:"uid"`
 }
 
 // ovlAllocations reads every allocation in etcd, by key.
@@ -401,6 +404,37 @@ func ovlStress(t *testing.T, clients []*versioned.Clientset, etcdEndpoint string
 			t.Errorf("allocation %s = %+v belongs to no stored Network", key, r)
 		}
 	}
+	ovlAssertInvariant(t, clients[0], etcd)
+}
+
+// ovlAssertInvariant checks what the server promises at every etcd revision, here at the
+// current one: the allocations are exactly the stored Networks (scope, prefix, namespace, name
+// and UID), and no two stored Networks overlap.
+func ovlAssertInvariant(t *testing.T, c *versioned.Clientset, etcd *clientv3.Client) {
+	t.Helper()
+	items := ovlAllNetworks(t, c)
+	ovlAssertDisjoint(t, items)
+	allocs := ovlAllocations(t, etcd)
+	want := map[string]ovlRecord{}
+	for _, n := range items {
+		p := netip.MustParsePrefix(n.Spec.CIDR)
+		family := "4"
+		if p.Addr().Is6() {
+			family = "6"
+		}
+		key := fmt.Sprintf("%s_cluster/%s/%x", ovlAllocationsPrefix, family, p.Addr().AsSlice())
+		want[key] = ovlRecord{CIDR: n.Spec.CIDR, Namespace: n.Namespace, Name: n.Name, UID: string(n.UID)}
+	}
+	for key, r := range allocs {
+		if want[key] != r {
+			t.Errorf("allocation %s = %+v, but the stored Networks imply %+v", key, r, want[key])
+		}
+	}
+	for key, r := range want {
+		if _, ok := allocs[key]; !ok {
+			t.Errorf("stored network %s/%s (%s) has no allocation at %s", r.Namespace, r.Name, r.CIDR, key)
+		}
+	}
 }
 
 func ovlOverlapsAny(p netip.Prefix, set []netip.Prefix) bool {
@@ -442,7 +476,7 @@ func ovlRestart(t *testing.T, s **framework.Server) {
 	*s = restarted
 }
 
-func TestOvlAllocationsSurviveRestartAndAreRepaired(t *testing.T) {
+func TestOvlAllocationsSurviveRestartAndAreVerified(t *testing.T) {
 	s, err := framework.Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -455,54 +489,125 @@ func TestOvlAllocationsSurviveRestartAndAreRepaired(t *testing.T) {
 			t.Errorf("stopping: %v", err)
 		}
 	})
-	if _, err := ovlCreate(ovlClient(t, s), "repair", ovlNetwork("keep", "10.30.0.0/16"), false); err != nil {
+	c := ovlClient(t, s)
+	keep, err := ovlCreate(c, "repair", ovlNetwork("keep", "10.30.0.0/16"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide, err := ovlCreate(c, "repair", ovlNetwork("wide", "10.31.0.0/16"), false)
+	if err != nil {
 		t.Fatal(err)
 	}
 
 	// After a restart the stored allocations still enforce the guarantee.
 	ovlRestart(t, &s)
-	c := ovlClient(t, s)
+	c = ovlClient(t, s)
 	_, err = ovlCreate(c, "repair", ovlNetwork("probe", "10.30.1.0/24"), false)
 	ovlExpectInvalid(t, err, "spec.cidr", "overlaps network repair/keep (10.30.0.0/16)")
 
 	etcd := ovlEtcd(t, s.EtcdEndpoint)
-	allocs := ovlAllocations(t, etcd)
-	if len(allocs) != 1 {
-		t.Fatalf("allocations %v, want only repair/keep's", allocs)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	del, err := etcd.Delete(ctx, ovlAllocationsPrefix, clientv3.WithPrefix())
-	if err != nil || del.Deleted != 1 {
-		t.Fatalf("deleting the allocations: %v (deleted %v)", err, del)
+	keepKey, wideKey := ovlAllocationsPrefix+"_cluster/4/0a1e0000", ovlAllocationsPrefix+"_cluster/4/0a1f0000"
+	allocs := ovlAllocations(t, etcd)
+	if want := (ovlRecord{CIDR: "10.30.0.0/16", Namespace: "repair", Name: "keep", UID: string(keep.UID)}); len(allocs) != 2 || allocs[keepKey] != want {
+		t.Fatalf("allocations %v, want keep's and wide's, keep's = %+v", allocs, want)
 	}
-	// Without its allocation, repair/keep no longer blocks an overlapping create (dry run, to
-	// store nothing that overlaps).
-	if _, err := ovlCreate(c, "repair", ovlNetwork("probe", "10.30.1.0/24"), true); err != nil {
-		t.Fatalf("with the allocations deleted, an overlapping dry run still fails: %v", err)
-	}
-	// A stale allocation of a Network that does not exist, claimed long ago.
-	stale := ovlAllocationsPrefix + "_cluster/4/0a280000"
-	if _, err := etcd.Put(ctx, stale, `{"cidr":"10.40.0.0/16","namespace":"ghost","name":"gone","claimed":1}`); err != nil {
+	// Break the invariant around the API in every way the verifier knows:
+	// - keep's record as an older server wrote it (no UID): a mismatch it rewrites;
+	if _, err := etcd.Put(ctx, keepKey, `{"cidr":"10.30.0.0/16","namespace":"repair","name":"keep","claimed":1}`); err != nil {
 		t.Fatal(err)
 	}
-	_, err = ovlCreate(c, "repair", ovlNetwork("late", "10.40.0.0/16"), true)
-	ovlExpectInvalid(t, err, "spec.cidr", `"10.40.0.0/16": overlaps a network in another namespace`)
+	// - an allocation of a Network that does not exist: an orphan it removes;
+	stale := ovlAllocationsPrefix + "_cluster/4/0a280000"
+	if _, err := etcd.Put(ctx, stale, `{"cidr":"10.40.0.0/16","namespace":"ghost","name":"gone","uid":"gone-uid"}`); err != nil {
+		t.Fatal(err)
+	}
+	// - wide's allocation deleted by hand, and an overlapping Network created meanwhile: a
+	//   missing allocation it cannot restore, and an overlap it reports.
+	if del, err := etcd.Delete(ctx, wideKey); err != nil || del.Deleted != 1 {
+		t.Fatalf("deleting wide's allocation: %v (deleted %v)", err, del)
+	}
+	if _, err := ovlCreate(c, "repair", ovlNetwork("inner", "10.31.2.0/24"), false); err != nil {
+		t.Fatalf("with wide's allocation gone, an overlapping create still fails: %v", err)
+	}
 	etcd.Close()
-
-	// The repair at start restores the missing allocation and removes the stale one.
-	ovlRestart(t, &s)
+	ovlRestart(t, &s) // the verifier runs once at start, and then every --allocation-verify-interval
 	c = ovlClient(t, s)
-	etcd = ovlEtcd(t, s.EtcdEndpoint)
-	defer etcd.Close()
+	want := map[string]float64{"overlap": 1, "missing": 1, "mismatch": 1, "orphan": 1, "invalid": 0}
+	ovlWaitForMetrics(t, s, "network_allocation_violations", want)
+	etcd = ovlEtcd(t, s.EtcdEndpoint) // the embedded etcd serves on a new port after a restart
+
 	allocs = ovlAllocations(t, etcd)
-	want := ovlRecord{CIDR: "10.30.0.0/16", Namespace: "repair", Name: "keep"}
-	if len(allocs) != 1 || allocs[ovlAllocationsPrefix+"_cluster/4/0a1e0000"] != want {
-		t.Fatalf("allocations after the repair %v, want only %+v", allocs, want)
+	if want := (ovlRecord{CIDR: "10.30.0.0/16", Namespace: "repair", Name: "keep", UID: string(keep.UID)}); allocs[keepKey] != want {
+		t.Errorf("keep's record after verification %+v, want %+v", allocs[keepKey], want)
+	}
+	if _, ok := allocs[stale]; ok {
+		t.Errorf("the orphan allocation %s was not removed", stale)
+	}
+	if r, ok := allocs[wideKey]; ok {
+		t.Errorf("wide's allocation was restored over inner's: %+v", r)
+	}
+	if _, err := ovlCreate(c, "repair", ovlNetwork("late", "10.40.0.0/16"), false); err != nil {
+		t.Fatalf("the orphan allocation still blocks its prefix: %v", err)
 	}
 	_, err = ovlCreate(c, "repair", ovlNetwork("probe", "10.30.1.0/24"), false)
 	ovlExpectInvalid(t, err, "spec.cidr", "overlaps network repair/keep (10.30.0.0/16)")
-	if _, err := ovlCreate(c, "repair", ovlNetwork("late", "10.40.0.0/16"), false); err != nil {
-		t.Fatalf("the stale allocation was not removed: %v", err)
+
+	// Deleting inner lets the next verification restore wide's allocation.
+	if err := c.SamplecrdV1().Networks("repair").Delete(context.Background(), "inner", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	etcd.Close()
+	ovlRestart(t, &s)
+	ovlWaitForMetrics(t, s, "network_allocation_violations", map[string]float64{"overlap": 0, "missing": 1, "mismatch": 0, "orphan": 0})
+	etcd = ovlEtcd(t, s.EtcdEndpoint)
+	defer etcd.Close()
+	if r := ovlAllocations(t, etcd)[wideKey]; r.UID != string(wide.UID) {
+		t.Errorf("wide's allocation after verification %+v, want its UID %s", r, wide.UID)
+	}
+	ovlAssertInvariant(t, ovlClient(t, s), etcd)
+}
+
+// ovlWaitForMetrics waits until the server's /metrics shows want for every kind label of name.
+func ovlWaitForMetrics(t *testing.T, s *framework.Server, name string, want map[string]float64) {
+	t.Helper()
+	cfg := rest.CopyConfig(s.Config)
+	cfg.Host = s.URL
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := client.Get(s.URL + "/metrics")
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return false, nil
+		}
+		got := map[string]float64{}
+		var lines []string
+		for _, line := range strings.Split(string(body), "\n") {
+			var kind string
+			var v float64
+			if _, err := fmt.Sscanf(line, name+"{kind=%q} %g", &kind, &v); err == nil {
+				got[kind] = v
+				lines = append(lines, line)
+			}
+		}
+		last = strings.Join(lines, "; ")
+		for k, v := range want {
+			if g, ok := got[k]; !ok || g != v {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("%s never showed %v; last: %s", name, want, last)
 	}
 }

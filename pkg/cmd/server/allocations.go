@@ -41,7 +41,10 @@ func parsePools(pools []string) ([]netip.Prefix, error) {
 
 // newEtcdClient connects to the etcd servers of the storage configuration, with its TLS files.
 func newEtcdClient(c storagebackend.TransportConfig) (*clientv3.Client, error) {
-	cfg := clientv3.Config{Endpoints: c.ServerList, DialTimeout: 20 * time.Second}
+	// The same timeouts as the generic storage's client, so that this client, which every create
+	// and delete uses, notices a dead etcd member as soon as that one does.
+	cfg := clientv3.Config{Endpoints: c.ServerList, DialTimeout: 20 * time.Second,
+		DialKeepAliveTime: 30 * time.Second, DialKeepAliveTimeout: 10 * time.Second}
 	if c.CertFile != "" || c.KeyFile != "" || c.TrustedCAFile != "" {
 		tlsInfo := transport.TLSInfo{CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.TrustedCAFile}
 		tlsConfig, err := tlsInfo.ClientConfig()

@@ -46,6 +46,8 @@ type Options struct {
 	OverlapScope string
 	// NetworkPools are the prefixes spec.prefixLength allocates from, in order.
 	NetworkPools []string
+	// AllocationVerifyInterval is how often the allocation invariant is verified.
+	AllocationVerifyInterval time.Duration
 	// Controller configures the bundled Network controller.
 	Controller *ControllerOptions
 	// TemplateFile is the network template file; standalone mode's template source.
@@ -68,11 +70,12 @@ func NewOptions(out io.Writer) *Options {
 	o := &Options{
 		Recommended: genericoptions.NewRecommendedOptions(etcdPathPrefix,
 			apiserver.Codecs.LegacyCodec(v1.SchemeGroupVersion)),
-		DataDir:      "network-apiserver.data",
-		Controller:   NewControllerOptions(),
-		OverlapScope: OverlapScopeCluster,
-		NetworkPools: append([]string(nil), DefaultNetworkPools...),
-		Out:          out,
+		DataDir:                  "network-apiserver.data",
+		Controller:               NewControllerOptions(),
+		OverlapScope:             OverlapScopeCluster,
+		NetworkPools:             append([]string(nil), DefaultNetworkPools...),
+		AllocationVerifyInterval: 10 * time.Minute,
+		Out:                      out,
 	}
 	// Cache snapshots answer paged LISTs and LISTs at an older resourceVersion from the watch
 	// cache, but every write keeps a copy-on-write B-tree snapshot while its event is in the
@@ -111,6 +114,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Namespace of the network-template ConfigMap; default the pod's namespace, else network-apiserver.")
 	fs.StringVar(&o.OverlapScope, "overlap-scope", o.OverlapScope,
 		"Where no two Networks may overlap: \"cluster\" (all namespaces) or \"namespace\" (each namespace on its own).")
+	fs.DurationVar(&o.AllocationVerifyInterval, "allocation-verify-interval", o.AllocationVerifyInterval,
+		"How often the server checks that the allocations in etcd are exactly the stored Networks and that none overlap, "+
+			"reporting every violation in its log and metrics and fixing what is safe; also once at start.")
 	fs.StringSliceVar(&o.NetworkPools, "network-pool", o.NetworkPools,
 		"Prefix from which Networks with spec.prefixLength and no spec.cidr get theirs; repeatable, IPv4 and IPv6, tried in order.")
 }
@@ -187,6 +193,9 @@ func (o *Options) Validate() error {
 	if _, err := parsePools(o.NetworkPools); err != nil {
 		errs = append(errs, err)
 	}
+	if o.AllocationVerifyInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--allocation-verify-interval must be positive"))
+	}
 	if o.EmbeddedEtcdPort < 0 || o.EmbeddedEtcdPort > 65535 {
 		errs = append(errs, fmt.Errorf("--embedded-etcd-port %d is not a port", o.EmbeddedEtcdPort))
 	}
@@ -245,5 +254,6 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		return nil, err
 	}
 	o.etcdClients = append(o.etcdClients, etcdClient)
-	return &apiserver.Config{GenericConfig: config, Extra: apiserver.ExtraConfig{Allocations: allocations}}, nil
+	return &apiserver.Config{GenericConfig: config, Extra: apiserver.ExtraConfig{
+		Allocations: allocations, VerifyInterval: o.AllocationVerifyInterval}}, nil
 }

@@ -5,35 +5,37 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/util/dryrun"
-	"k8s.io/klog/v2"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 )
 
-// Allocations makes the no-overlap guarantee part of every create and delete: a create claims its
-// prefix in etcd (or is given a free one from the pools) before it is stored and gives it back if
-// the create fails; a delete releases it once the Network is gone.
+// Allocations makes the no-overlap guarantee part of the Network storage: a create writes the
+// Network and its allocation in one etcd transaction guarded by everything that could overlap
+// it, a delete removes both in one transaction (allocatingStore), and a create that asks for a
+// prefix length is given a free prefix from the pools first (beginCreate).
 type Allocations struct {
 	Allocator *allocator.Allocator
 	// PerNamespace limits the guarantee to Networks of the same namespace.
 	PerNamespace bool
 	// Pools are where prefixes for spec.prefixLength come from, tried in order.
 	Pools []netip.Prefix
+
+	// store is the Network storage these allocations are part of; Verify reads through it.
+	store *allocatingStore
 }
 
-// releaseTimeout bounds a release made after the request that caused it has finished.
-const releaseTimeout = 30 * time.Second
+// maxPickAttempts bounds how often a create with spec.prefixLength picks again after another
+// create took its pick first.
+const maxPickAttempts = 32
 
 func (a *Allocations) scope(namespace string) string {
 	if a.PerNamespace {
@@ -42,57 +44,75 @@ func (a *Allocations) scope(namespace string) string {
 	return allocator.ClusterScope
 }
 
-func invalid(n *samplecrd.Network, errs ...*field.Error) error {
-	return apierrors.NewInvalid(samplecrd.Kind("Network"), n.Name, errs)
+// allocationOf is the allocation a Network needs; false when its cidr is not a canonical prefix
+// (validation rejects such Networks, so only data written around the API can have one).
+func (a *Allocations) allocationOf(n *samplecrd.Network) (allocator.Allocation, bool) {
+	p, err := netip.ParsePrefix(n.Spec.CIDR)
+	if err != nil || p.Masked() != p {
+		return allocator.Allocation{}, false
+	}
+	return allocator.Allocation{
+		Scope:  a.scope(n.Namespace),
+		Prefix: p,
+		Owner:  allocator.Owner{Namespace: n.Namespace, Name: n.Name, UID: string(n.UID)},
+	}, true
 }
 
-// beginCreate claims (or allocates) the Network's prefix. An unparsable cidr is left to validation.
+// pickState follows one create request through its attempts: whether it asked for an automatic
+// prefix, and how many picks it has made.
+type pickState struct {
+	auto     bool
+	attempts int
+}
+
+type pickStateKey struct{}
+
+// withPickState returns a context that follows a create's automatic prefix picks.
+func withPickState(ctx context.Context) (context.Context, *pickState) {
+	s := &pickState{}
+	return context.WithValue(ctx, pickStateKey{}, s), s
+}
+
+func pickStateFrom(ctx context.Context) *pickState {
+	s, _ := ctx.Value(pickStateKey{}).(*pickState)
+	return s
+}
+
+// beginCreate gives a Network that asks for a prefix length a free prefix (the create's
+// transaction makes sure it is still free), and checks a dry run's prefix against the stored
+// allocations, since a dry run never reaches the transaction. An unparsable cidr is left to
+// validation.
 func (a *Allocations) beginCreate(ctx context.Context, obj runtime.Object, options *metav1.CreateOptions) (genericregistry.FinishFunc, error) {
 	n := obj.(*samplecrd.Network)
-	dryRun := dryrun.IsDryRun(options.DryRun)
-	owner := allocator.Owner{Namespace: n.Namespace, Name: n.Name}
-	scope := a.scope(n.Namespace)
-	var prefix netip.Prefix
-	switch {
-	case n.Spec.CIDR == "" && n.Spec.PrefixLength > 0:
-		p, err := a.allocate(ctx, scope, n, owner, dryRun)
+	if n.Spec.CIDR == "" && n.Spec.PrefixLength > 0 {
+		attempt := 0
+		if s := pickStateFrom(ctx); s != nil {
+			s.auto = true
+			attempt = s.attempts
+			s.attempts++
+		}
+		p, err := a.pick(ctx, a.scope(n.Namespace), n, attempt)
 		if err != nil {
 			return nil, err
 		}
-		n.Spec.CIDR, prefix = p.String(), p
-		if dryRun {
-			return noFinish, nil
-		}
-	default:
-		p, err := netip.ParsePrefix(n.Spec.CIDR)
-		if err != nil || p.Masked().String() != n.Spec.CIDR {
-			return noFinish, nil
-		}
-		prefix = p
-		var claimed bool
-		if dryRun {
-			err = a.Allocator.Check(ctx, scope, p, owner)
-		} else {
-			claimed, err = a.Allocator.Claim(ctx, scope, p, owner)
-		}
-		if err != nil {
-			return nil, a.overlapError(ctx, n, err)
-		}
-		if !claimed {
-			return noFinish, nil
+		n.Spec.CIDR = p.String()
+		return noFinish, nil
+	}
+	if !dryrun.IsDryRun(options.DryRun) {
+		return noFinish, nil
+	}
+	if al, ok := a.allocationOf(n); ok {
+		if err := a.Allocator.Check(ctx, al); err != nil {
+			return nil, allocationError(ctx, n, err)
 		}
 	}
-	return func(ctx context.Context, success bool) {
-		if !success {
-			a.release(scope, prefix, owner)
-		}
-	}, nil
+	return noFinish, nil
 }
 
 func noFinish(context.Context, bool) {}
 
-// allocate picks the first pool of a family that can hold the requested length.
-func (a *Allocations) allocate(ctx context.Context, scope string, n *samplecrd.Network, owner allocator.Owner, dryRun bool) (netip.Prefix, error) {
+// pick takes a free prefix from the first pool of the family that can hold the requested length.
+func (a *Allocations) pick(ctx context.Context, scope string, n *samplecrd.Network, attempt int) (netip.Prefix, error) {
 	bits := int(n.Spec.PrefixLength)
 	path := field.NewPath("spec", "prefixLength")
 	var lastExhausted error
@@ -104,20 +124,14 @@ func (a *Allocations) allocate(ctx context.Context, scope string, n *samplecrd.N
 		if bits < pool.Bits() || bits > maxBits {
 			continue
 		}
-		var p netip.Prefix
-		var err error
-		if dryRun {
-			p, err = a.Allocator.Peek(ctx, scope, pool, bits)
-		} else {
-			p, err = a.Allocator.Allocate(ctx, scope, pool, bits, owner)
-		}
+		p, err := a.Allocator.Pick(ctx, scope, pool, bits, attempt)
 		var exhausted *allocator.ExhaustedError
 		if errors.As(err, &exhausted) {
 			lastExhausted = err
 			continue
 		}
 		if err != nil {
-			return netip.Prefix{}, apierrors.NewInternalError(err)
+			return netip.Prefix{}, storageError(err)
 		}
 		return p, nil
 	}
@@ -128,79 +142,44 @@ func (a *Allocations) allocate(ctx context.Context, scope string, n *samplecrd.N
 		fmt.Sprintf("no pool can hold a /%d (pools: %v)", bits, a.Pools)))
 }
 
-// overlapError names the other Network only when it is in the caller's namespace.
-func (a *Allocations) overlapError(ctx context.Context, n *samplecrd.Network, err error) error {
+func invalid(n *samplecrd.Network, errs ...*field.Error) error {
+	return apierrors.NewInvalid(samplecrd.Kind("Network"), n.Name, errs)
+}
+
+// overlapStatus is the API error for a create whose prefix overlaps a stored Network. It is an
+// APIStatus (a 422 on spec.cidr) that still carries the overlap, so that a create whose prefix
+// was picked automatically can tell it lost a race and pick again.
+type overlapStatus struct {
+	*apierrors.StatusError
+	overlap *allocator.OverlapError
+}
+
+func (e *overlapStatus) Unwrap() error { return e.overlap }
+
+// allocationError turns an allocator error into the API's: an overlap names the other Network
+// only when it is in the caller's namespace.
+func allocationError(ctx context.Context, n *samplecrd.Network, err error) error {
 	var overlap *allocator.OverlapError
 	if !errors.As(err, &overlap) {
-		return apierrors.NewInternalError(err)
+		return storageError(err)
 	}
 	msg := "overlaps a network in another namespace"
 	if ns, _ := genericapirequest.NamespaceFrom(ctx); overlap.Other.Owner.Namespace == ns {
 		msg = fmt.Sprintf("overlaps network %s (%s)", overlap.Other.Owner, overlap.Other.Prefix)
 	}
-	return invalid(n, field.Invalid(field.NewPath("spec", "cidr"), n.Spec.CIDR, msg))
+	status := invalid(n, field.Invalid(field.NewPath("spec", "cidr"), n.Spec.CIDR, msg)).(*apierrors.StatusError)
+	return &overlapStatus{StatusError: status, overlap: overlap}
 }
 
-// afterDelete releases the prefix of a Network that is gone.
-func (a *Allocations) afterDelete(obj runtime.Object, options *metav1.DeleteOptions) {
-	n, ok := obj.(*samplecrd.Network)
-	if !ok || dryrun.IsDryRun(options.DryRun) {
-		return
-	}
-	if p, err := netip.ParsePrefix(n.Spec.CIDR); err == nil {
-		a.release(a.scope(n.Namespace), p, allocator.Owner{Namespace: n.Namespace, Name: n.Name})
-	}
+// lostPickRace says whether err is an overlap of a create whose prefix was picked automatically.
+func lostPickRace(ctx context.Context, err error) bool {
+	s := pickStateFrom(ctx)
+	return s != nil && s.auto && errors.As(err, new(*overlapStatus))
 }
 
-// release is best effort: what fails here, the repair pass removes later.
-func (a *Allocations) release(scope string, p netip.Prefix, owner allocator.Owner) {
-	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
-	defer cancel()
-	if err := a.Allocator.Release(ctx, scope, p, owner); err != nil {
-		klog.ErrorS(err, "Releasing a network's prefix failed; the repair pass will", "network", owner.String(), "cidr", p)
-	}
-}
-
-// repairPageSize is the limit of each list Repair makes. A list with a limit is served from etcd
-// while the watch cache is still initialising, as it may be when the repair at start runs; a list
-// without one fails then ("storage is (re)initializing"), and a failed post-start hook kills the
-// server.
-const repairPageSize = 500
-
-// Repair rebuilds the allocations from the stored Networks, leaving claims younger than grace alone.
-func (a *Allocations) Repair(ctx context.Context, store *REST, grace time.Duration) error {
-	var networks []samplecrd.Network
-	opts := &metainternalversion.ListOptions{Limit: repairPageSize}
-	for {
-		list, err := store.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll), opts)
-		if err != nil {
-			return fmt.Errorf("listing networks: %w", err)
-		}
-		page := list.(*samplecrd.NetworkList)
-		networks = append(networks, page.Items...)
-		if page.Continue == "" {
-			break
-		}
-		opts = &metainternalversion.ListOptions{Limit: repairPageSize, Continue: page.Continue}
-	}
-	var desired []allocator.Desired
-	for _, n := range networks {
-		if p, err := netip.ParsePrefix(n.Spec.CIDR); err == nil {
-			desired = append(desired, allocator.Desired{
-				Scope: a.scope(n.Namespace), Prefix: p,
-				Owner: allocator.Owner{Namespace: n.Namespace, Name: n.Name},
-			})
-		}
-	}
-	result, err := a.Allocator.Repair(ctx, desired, grace)
-	if err != nil {
-		return err
-	}
-	for _, overlap := range result.Overlaps {
-		klog.ErrorS(overlap, "Stored networks overlap; left as they are")
-	}
-	if result.Restored+result.Removed > 0 {
-		klog.InfoS("Repaired network allocations", "restored", result.Restored, "removed", result.Removed, "networks", len(desired))
-	}
-	return nil
+// pickRaceError is what a create with spec.prefixLength answers when every pick it made was
+// taken by a concurrent create first: a conflict, which clients may retry.
+func pickRaceError(n *samplecrd.Network) error {
+	return apierrors.NewConflict(samplecrd.Resource("networks"), n.Name,
+		fmt.Errorf("every free /%d this server picked was taken by a concurrent create first (%d attempts); retry", n.Spec.PrefixLength, maxPickAttempts))
 }

@@ -81,7 +81,13 @@ func defaultSpec(spec *samplecrd.NetworkSpec) {
 }
 
 func (networkStrategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
-	return validation.ValidateNetwork(obj.(*samplecrd.Network))
+	n := obj.(*samplecrd.Network)
+	errs := validation.ValidateNetwork(n)
+	if n.ResourceVersion != "" {
+		// The server assigns it; etcd would refuse the write with a 500 otherwise.
+		errs = append(errs, field.Forbidden(field.NewPath("metadata", "resourceVersion"), "must not be set when creating a Network"))
+	}
+	return errs
 }
 
 func (networkStrategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }

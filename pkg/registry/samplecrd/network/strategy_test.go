@@ -265,9 +265,15 @@ func TestStrategyValidation(t *testing.T) {
 	status := NewStatusStrategy(testScheme())
 
 	bad := storedNetwork()
+	bad.ResourceVersion = ""
 	bad.Spec.Gateway = "10.0.0.255"
 	if errs := s.Validate(ctx, bad); len(errs) != 1 || errs[0].Field != "spec.gateway" {
 		t.Errorf("Validate = %v, want one error at spec.gateway", errs)
+	}
+	// A create must not carry a resourceVersion: a 422 naming it, not etcd's 500.
+	withVersion := storedNetwork()
+	if errs := s.Validate(ctx, withVersion); len(errs) != 1 || errs[0].Field != "metadata.resourceVersion" || errs[0].Type != field.ErrorTypeForbidden {
+		t.Errorf("Validate of a create with a resourceVersion = %v, want one Forbidden error at metadata.resourceVersion", errs)
 	}
 
 	old := storedNetwork()

@@ -1,8 +1,10 @@
 // Package allocator keeps the CIDRs of all Networks in etcd so that no two overlap, whatever the
 // number of clients or server replicas racing to create them. Each allocation is one key named
-// by its start address; a claim reads the allocations that could overlap and writes its own key
-// in one transaction guarded by what it read, so two overlapping claims can never both succeed,
-// while claims of disjoint ranges touch different keys and do not contend.
+// by its start address, written in the same etcd transaction as its Network and guarded by
+// everything that could overlap it; it is deleted in the same transaction as its Network. So at
+// every etcd revision the allocations are exactly the stored Networks, and two overlapping
+// creates can never both commit, while creates of disjoint ranges touch different keys and do
+// not contend.
 package allocator
 
 import (
@@ -13,8 +15,10 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"net/netip"
-	"time"
+	"strings"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -22,30 +26,46 @@ import (
 // Namespace names cannot start with "_", so it never collides with a namespace scope.
 const ClusterScope = "_cluster"
 
-// maxAttempts bounds the retries of a claim whose guarded transaction lost a race.
+// maxAttempts bounds the retries of a write whose guard lost a race to a write beside it.
 const maxAttempts = 64
 
-// Owner identifies the Network an allocation belongs to.
+// ErrObjectExists says that a create found its object's key taken.
+var ErrObjectExists = errors.New("the object already exists")
+
+// ErrObjectChanged says that a repair found the Network it was repairing deleted or replaced.
+var ErrObjectChanged = errors.New("the network was deleted or replaced meanwhile")
+
+// Owner identifies the Network incarnation an allocation belongs to: a Network deleted and
+// created again under the same name has another UID, and so is another owner.
 type Owner struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
+	UID       string `json:"uid"`
 }
 
 func (o Owner) String() string { return o.Namespace + "/" + o.Name }
 
-// record is the value stored for an allocation.
+// record is the value stored for an allocation. Its encoding is deterministic, so that a delete
+// can compare the stored value with the one its Network implies.
 type record struct {
-	CIDR  string `json:"cidr"`
-	Owner `json:",inline"`
-	// Claimed is when the claim was made (Unix seconds); repair leaves young records alone
-	// because their create may still be in flight.
-	Claimed int64 `json:"claimed"`
+	CIDR string `json:"cidr"`
+	Owner
 }
 
-// Allocation is a stored allocation.
+// Allocation is one Network's prefix in its scope.
 type Allocation struct {
+	Scope  string
 	Prefix netip.Prefix
 	Owner  Owner
+}
+
+// Stored is an allocation as read from etcd.
+type Stored struct {
+	Allocation
+	Key         string
+	ModRevision int64
+	// Corrupt is set when the value cannot be decoded; Allocation then holds only the scope.
+	Corrupt error
 }
 
 // OverlapError says that a prefix overlaps an existing allocation.
@@ -68,202 +88,233 @@ func (e *ExhaustedError) Error() string {
 	return fmt.Sprintf("pool %s has no free /%d left", e.Pool, e.Bits)
 }
 
-// Allocator claims and releases prefixes in etcd under root.
+// Allocator writes and removes allocations in etcd under root, together with their Networks.
 type Allocator struct {
 	client *clientv3.Client
 	root   string
-	now    func() time.Time
 }
 
 // New returns an allocator storing its keys under root (for example "/registry/samplecrd.k8s.io/allocations").
 func New(client *clientv3.Client, root string) *Allocator {
-	return &Allocator{client: client, root: root, now: time.Now}
+	return &Allocator{client: client, root: strings.TrimSuffix(root, "/")}
 }
+
+// Root is the key prefix of every allocation, ending in "/".
+func (a *Allocator) Root() string { return a.root + "/" }
 
 func (a *Allocator) familyPrefix(scope string, p netip.Prefix) string {
 	return a.root + "/" + scope + "/" + familyOf(p.Addr()) + "/"
 }
 
-func (a *Allocator) key(scope string, p netip.Prefix) string {
-	return a.familyPrefix(scope, p) + addrHex(p.Addr())
+// Key is where an allocation of p in scope is stored.
+func (a *Allocator) Key(scope string, p netip.Prefix) string {
+	return a.familyPrefix(scope, p) + addrHex(p.Masked().Addr())
 }
 
-func decode(kv []byte) (Allocation, error) {
+// Value is what is stored for an allocation.
+func Value(al Allocation) string {
+	b, err := json.Marshal(record{CIDR: al.Prefix.Masked().String(), Owner: al.Owner})
+	if err != nil {
+		panic(err) // strings only
+	}
+	return string(b)
+}
+
+func decode(value []byte) (record, netip.Prefix, error) {
 	var r record
-	if err := json.Unmarshal(kv, &r); err != nil {
-		return Allocation{}, err
+	if err := json.Unmarshal(value, &r); err != nil {
+		return r, netip.Prefix{}, err
 	}
 	p, err := netip.ParsePrefix(r.CIDR)
-	if err != nil {
-		return Allocation{}, err
-	}
-	return Allocation{Prefix: p, Owner: r.Owner}, nil
+	return r, p, err
 }
 
-// Claim records p for owner in scope. It returns an *OverlapError when p overlaps another
-// Network's allocation. claimed is false when owner already held exactly p (nothing was written,
-// so a failed create must not release it).
-func (a *Allocator) Claim(ctx context.Context, scope string, p netip.Prefix, owner Owner) (claimed bool, err error) {
-	return a.claim(ctx, scope, p, owner, false)
+// span is what a write of an allocation must be guarded by.
+type span struct {
+	key, end string
+	// containers are the keys at which an allocation containing the prefix (and starting below
+	// it) would be stored.
+	containers []string
 }
 
-// Check reports, without writing, whether p could be claimed now (for dry runs).
-func (a *Allocator) Check(ctx context.Context, scope string, p netip.Prefix, owner Owner) error {
-	_, err := a.claim(ctx, scope, p, owner, true)
-	return err
-}
-
-// containerKeys returns the keys at which an allocation containing p (and starting below it)
-// would be stored: the distinct start addresses of p's shorter prefixes, one per 1 bit of p's
-// address, so at most 32 for IPv4 and 127 for IPv6 (etcd's default --max-txn-ops is 128).
-func (a *Allocator) containerKeys(scope string, p netip.Prefix) []string {
-	var keys []string
+// spanOf returns the guard keys of p in scope: the range of keys starting inside p (its own
+// key first), and one key per distinct start address of p's shorter prefixes (at most 31 for
+// IPv4 and 127 for IPv6; etcd's default --max-txn-ops is 128 per list, and Networks are at most
+// /126, so every guard fits).
+func (a *Allocator) spanOf(scope string, p netip.Prefix) span {
+	p = p.Masked()
+	s := span{key: a.Key(scope, p), end: a.familyPrefix(scope, p) + addrHex(lastAddr(p)) + "\x00"}
 	prev := p.Addr()
 	for bits := p.Bits() - 1; bits >= 0; bits-- {
 		q, _ := p.Addr().Prefix(bits)
 		if q.Addr() != prev {
-			keys = append(keys, a.key(scope, q))
+			s.containers = append(s.containers, a.Key(scope, q))
 			prev = q.Addr()
 		}
 	}
-	return keys
+	return s
 }
 
-func (a *Allocator) claim(ctx context.Context, scope string, p netip.Prefix, owner Owner, dryRun bool) (bool, error) {
-	p = p.Masked()
-	startKey := a.key(scope, p)
-	endKey := a.familyPrefix(scope, p) + addrHex(lastAddr(p)) + "\x00" // exclusive end of the keys starting inside p
-	containers := a.containerKeys(scope, p)
-	value, err := json.Marshal(record{CIDR: p.String(), Owner: owner, Claimed: a.now().Unix()})
+// reads are the reads that tell whether p is free: the first key inside it and the containers.
+func (s span) reads() []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpGet(s.key, clientv3.WithRange(s.end), clientv3.WithLimit(1))}
+	for _, k := range s.containers {
+		ops = append(ops, clientv3.OpGet(k))
+	}
+	return ops
+}
+
+// conflict returns the overlap the reads of s show for al, or the ModRevision each container key
+// had (0: absent) when nothing overlaps.
+func (a *Allocator) conflict(al Allocation, s span, rs []*etcdserverpb.ResponseOp) ([]int64, error) {
+	if inside := rs[0].GetResponseRange().Kvs; len(inside) > 0 {
+		return nil, a.overlapWith(al, inside[0])
+	}
+	revs := make([]int64, len(s.containers))
+	for i := range s.containers {
+		kvs := rs[i+1].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		// A shorter prefix's start can hold a small allocation beside p (10.1.0.0/24 next to
+		// 10.1.2.0/24); only one that contains p is a conflict.
+		_, other, err := decode(kvs[0].Value)
+		if err != nil {
+			return nil, fmt.Errorf("allocation %s is corrupt: %w", kvs[0].Key, err)
+		}
+		if other.Overlaps(al.Prefix) {
+			return nil, a.overlapWith(al, kvs[0])
+		}
+		revs[i] = kvs[0].ModRevision
+	}
+	return revs, nil
+}
+
+func (a *Allocator) overlapWith(al Allocation, kv *mvccpb.KeyValue) error {
+	r, p, err := decode(kv.Value)
 	if err != nil {
-		return false, err
+		return fmt.Errorf("allocation %s, which overlaps %s, is corrupt: %w", kv.Key, al.Prefix, err)
 	}
-	reads := []clientv3.Op{clientv3.OpGet(startKey, clientv3.WithRange(endKey), clientv3.WithLimit(1))}
-	for _, key := range containers {
-		reads = append(reads, clientv3.OpGet(key))
-	}
+	return &OverlapError{Prefix: al.Prefix.Masked(), Other: Allocation{Scope: al.Scope, Prefix: p, Owner: r.Owner}}
+}
+
+// guardedWrite commits ops together with al's allocation in one transaction that holds only if
+// nothing overlapping al is stored and the caller's compares hold. When the transaction fails,
+// its else branch returns the caller's probes and the guard's reads at the same revision: check
+// turns the probes into the caller's error, the reads tell an overlap from an allocation beside
+// al (the next attempt is then guarded by exactly what was read). The first attempt guesses that
+// no container key exists, which is the common case and costs one round trip in all.
+func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
+	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
+	s := a.spanOf(al.Scope, al.Prefix)
+	ops = append(ops, clientv3.OpPut(s.key, Value(al)))
+	elseOps := append(append([]clientv3.Op(nil), probes...), s.reads()...)
+	revs := make([]int64, len(s.containers))
 	for range maxAttempts {
-		// One consistent read: any allocation starting inside p, and those that could contain it.
-		read, err := a.client.Txn(ctx).Then(reads...).Commit()
+		guards := append(append([]clientv3.Cmp(nil), cmps...), clientv3.Compare(clientv3.Version(s.key).WithRange(s.end), "=", 0))
+		for i, k := range s.containers {
+			if revs[i] == 0 {
+				guards = append(guards, clientv3.Compare(clientv3.Version(k), "=", 0))
+			} else {
+				guards = append(guards, clientv3.Compare(clientv3.ModRevision(k), "=", revs[i]))
+			}
+		}
+		resp, err := a.client.Txn(ctx).If(guards...).Then(ops...).Else(elseOps...).Commit()
 		if err != nil {
-			return false, err
-		}
-		if inside := read.Responses[0].GetResponseRange().Kvs; len(inside) > 0 {
-			return false, a.conflict(p, owner, inside[0].Value)
-		}
-		// The txn commits only if nothing starts inside p and every container key is as read.
-		guards := []clientv3.Cmp{clientv3.Compare(clientv3.Version(startKey).WithRange(endKey), "=", 0)}
-		for i, key := range containers {
-			kvs := read.Responses[i+1].GetResponseRange().Kvs
-			if len(kvs) == 0 {
-				guards = append(guards, clientv3.Compare(clientv3.Version(key), "=", 0))
-				continue
-			}
-			// A shorter prefix's start can hold a small allocation beside p (10.1.0.0/24 next to
-			// 10.1.2.0/24); only one that contains p is a conflict.
-			below, err := decode(kvs[0].Value)
-			if err != nil {
-				return false, fmt.Errorf("allocation %s is corrupt: %w", kvs[0].Key, err)
-			}
-			if below.Prefix.Overlaps(p) {
-				return false, a.conflict(p, owner, kvs[0].Value)
-			}
-			guards = append(guards, clientv3.Compare(clientv3.ModRevision(key), "=", kvs[0].ModRevision))
-		}
-		if dryRun {
-			return false, nil
-		}
-		resp, err := a.client.Txn(ctx).If(guards...).Then(clientv3.OpPut(startKey, string(value))).Commit()
-		if err != nil {
-			return false, err
+			return 0, err
 		}
 		if resp.Succeeded {
-			return true, nil
+			return resp.Header.Revision, nil
+		}
+		if err := check(resp.Responses[:len(probes)]); err != nil {
+			return 0, err
+		}
+		if revs, err = a.conflict(al, s, resp.Responses[len(probes):]); err != nil {
+			return 0, err
 		}
 	}
-	return false, fmt.Errorf("claiming %s: gave up after %d attempts lost to concurrent claims", p, maxAttempts)
+	return 0, fmt.Errorf("writing the allocation of %s: gave up after %d attempts lost to concurrent writes beside it", al.Prefix, maxAttempts)
 }
 
-// conflict builds the error for an overlap with the stored value; an allocation of the same
-// owner and prefix is not a conflict (it is this Network's own, for example after a repair).
-func (a *Allocator) conflict(p netip.Prefix, owner Owner, stored []byte) error {
-	other, err := decode(stored)
+// Create stores objValue at objKey and al's allocation in one transaction, if objKey is free and
+// nothing overlaps al. It returns the revision of the write, ErrObjectExists, or an
+// *OverlapError.
+func (a *Allocator) Create(ctx context.Context, objKey, objValue string, al Allocation) (int64, error) {
+	return a.guardedWrite(ctx, al,
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(objKey), "=", 0)},
+		[]clientv3.Op{clientv3.OpGet(objKey, clientv3.WithCountOnly())},
+		func(rs []*etcdserverpb.ResponseOp) error {
+			if rs[0].GetResponseRange().Count > 0 {
+				return ErrObjectExists
+			}
+			return nil
+		},
+		clientv3.OpPut(objKey, objValue))
+}
+
+// Check reports, without writing, whether al could be created now (for dry runs): nil or an
+// *OverlapError.
+func (a *Allocator) Check(ctx context.Context, al Allocation) error {
+	s := a.spanOf(al.Scope, al.Prefix)
+	resp, err := a.client.Txn(ctx).Then(s.reads()...).Commit()
 	if err != nil {
-		return fmt.Errorf("an allocation overlapping %s is corrupt: %w", p, err)
-	}
-	if other.Owner == owner && other.Prefix == p {
-		return nil
-	}
-	return &OverlapError{Prefix: p, Other: other}
-}
-
-// Release removes owner's allocation of p, if it is still owner's.
-func (a *Allocator) Release(ctx context.Context, scope string, p netip.Prefix, owner Owner) error {
-	key := a.key(scope, p.Masked())
-	resp, err := a.client.Get(ctx, key)
-	if err != nil || len(resp.Kvs) == 0 {
 		return err
 	}
-	stored, err := decode(resp.Kvs[0].Value)
-	if err == nil && stored.Owner != owner {
-		return nil
-	}
-	_, err = a.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).
-		Then(clientv3.OpDelete(key)).Commit()
+	_, err = a.conflict(al, s, resp.Responses)
 	return err
 }
 
-// Allocate claims a free /bits inside pool for owner and returns it. It returns an
-// *ExhaustedError when the pool has no free prefix of that length.
-func (a *Allocator) Allocate(ctx context.Context, scope string, pool netip.Prefix, bits int, owner Owner) (netip.Prefix, error) {
+// Delete removes the object at objKey if its ModRevision is still modRevision, and in the same
+// transaction al's allocation if it is stored as al (nil: the object has no valid prefix). It
+// returns whether the object was deleted, and the revision of the transaction.
+func (a *Allocator) Delete(ctx context.Context, objKey string, modRevision int64, al *Allocation) (bool, int64, error) {
+	ops := []clientv3.Op{clientv3.OpDelete(objKey)}
+	if al != nil {
+		key := a.Key(al.Scope, al.Prefix)
+		ops = append(ops, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), "=", Value(*al))},
+			[]clientv3.Op{clientv3.OpDelete(key)}, nil))
+	}
+	resp, err := a.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(objKey), "=", modRevision)).Then(ops...).Commit()
+	if err != nil {
+		return false, 0, err
+	}
+	return resp.Succeeded, resp.Header.Revision, nil
+}
+
+// Pick returns a free /bits of pool for a Network about to be created: the lowest on the first
+// attempt (so a dry run shows what a create would get), a random one of the lowest 32 on a
+// retry after a lost race (so racing creates spread out). It claims nothing: the create's own
+// transaction does. It returns an *ExhaustedError when the pool has no free prefix that long.
+func (a *Allocator) Pick(ctx context.Context, scope string, pool netip.Prefix, bits, attempt int) (netip.Prefix, error) {
 	pool = pool.Masked()
 	if bits < pool.Bits() || bits > pool.Addr().BitLen() {
 		return netip.Prefix{}, &ExhaustedError{Pool: pool, Bits: bits}
 	}
-	for range maxAttempts {
-		candidates, err := a.freeBlocks(ctx, scope, pool, bits, 32)
-		if err != nil {
-			return netip.Prefix{}, err
-		}
-		if len(candidates) == 0 {
-			return netip.Prefix{}, &ExhaustedError{Pool: pool, Bits: bits}
-		}
-		// A random pick among the first free blocks keeps racing allocators apart.
-		p := candidates[rand.IntN(len(candidates))]
-		if _, err := a.Claim(ctx, scope, p, owner); err == nil {
-			return p, nil
-		} else if !errors.As(err, new(*OverlapError)) {
-			return netip.Prefix{}, err
-		}
+	limit := 32
+	if attempt == 0 {
+		limit = 1
 	}
-	return netip.Prefix{}, fmt.Errorf("allocating a /%d from %s: gave up after %d attempts lost to concurrent claims", bits, pool, maxAttempts)
-}
-
-// Peek returns a free /bits of pool without claiming it (for dry runs).
-func (a *Allocator) Peek(ctx context.Context, scope string, pool netip.Prefix, bits int) (netip.Prefix, error) {
-	pool = pool.Masked()
-	free, err := a.freeBlocks(ctx, scope, pool, bits, 1)
+	free, err := a.freeBlocks(ctx, scope, pool, bits, limit)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	if len(free) == 0 || bits < pool.Bits() {
+	if len(free) == 0 {
 		return netip.Prefix{}, &ExhaustedError{Pool: pool, Bits: bits}
 	}
-	return free[0], nil
+	return free[rand.IntN(len(free))], nil
 }
 
 // freeBlocks returns up to limit free aligned /bits blocks of pool, lowest first.
 func (a *Allocator) freeBlocks(ctx context.Context, scope string, pool netip.Prefix, bits, limit int) ([]netip.Prefix, error) {
-	startKey := a.key(scope, pool)
-	endKey := a.familyPrefix(scope, pool) + addrHex(lastAddr(pool)) + "\x00"
+	s := a.spanOf(scope, pool)
 	// Allocations that contain the pool, then every allocation inside it (in address order): this
 	// read is as long as the pool is full, which is what finding a gap in it takes.
 	var reads []clientv3.Op
-	for _, key := range a.containerKeys(scope, pool) {
+	for _, key := range s.containers {
 		reads = append(reads, clientv3.OpGet(key))
 	}
-	reads = append(reads, clientv3.OpGet(startKey, clientv3.WithRange(endKey)))
+	reads = append(reads, clientv3.OpGet(s.key, clientv3.WithRange(s.end)))
 	read, err := a.client.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return nil, err
@@ -271,8 +322,8 @@ func (a *Allocator) freeBlocks(ctx context.Context, scope string, pool netip.Pre
 	var used []netip.Prefix
 	for _, r := range read.Responses {
 		for _, kv := range r.GetResponseRange().Kvs {
-			if al, err := decode(kv.Value); err == nil && al.Prefix.Overlaps(pool) {
-				used = append(used, al.Prefix)
+			if _, p, err := decode(kv.Value); err == nil && p.Overlaps(pool) {
+				used = append(used, p)
 			}
 		}
 	}
@@ -313,69 +364,111 @@ func (a *Allocator) freeBlocks(ctx context.Context, scope string, pool netip.Pre
 	return free, nil
 }
 
-// Desired is an allocation that a stored Network needs.
-type Desired struct {
-	Scope  string
-	Prefix netip.Prefix
-	Owner  Owner
+// listPage is how many allocations one read of List returns.
+const listPage = 1000
+
+// List returns every stored allocation at revision rev (0: the current one) and that revision.
+func (a *Allocator) List(ctx context.Context, rev int64) ([]Stored, int64, error) {
+	var out []Stored
+	rev, err := a.Scan(ctx, a.Root(), rev, func(kv *mvccpb.KeyValue) error {
+		out = append(out, a.stored(kv))
+		return nil
+	})
+	return out, rev, err
 }
 
-// RepairResult counts what Repair changed.
-type RepairResult struct {
-	Restored, Removed int
-	// Overlaps are stored Networks whose prefix overlaps another's allocation (possible only when
-	// data predates the allocator or the overlap scope was widened); they are left as they are.
-	Overlaps []error
-}
-
-// Repair makes the allocations match the stored Networks: it restores missing allocations and
-// removes those of Networks that no longer exist, unless they are younger than grace (their
-// create may still be in flight on some replica).
-func (a *Allocator) Repair(ctx context.Context, desired []Desired, grace time.Duration) (RepairResult, error) {
-	var result RepairResult
-	want := make(map[string]Owner, len(desired))
-	for _, d := range desired {
-		want[a.key(d.Scope, d.Prefix.Masked())] = d.Owner
-	}
-	resp, err := a.client.Get(ctx, a.root+"/", clientv3.WithPrefix())
-	if err != nil {
-		return result, err
-	}
-	have := make(map[string]bool, len(resp.Kvs))
-	cutoff := a.now().Add(-grace).Unix()
-	for _, kv := range resp.Kvs {
-		key := string(kv.Key)
-		var r record
-		corrupt := json.Unmarshal(kv.Value, &r) != nil
-		if owner, ok := want[key]; ok && !corrupt && owner == r.Owner {
-			have[key] = true
-			continue
-		}
-		if !corrupt && r.Claimed > cutoff {
-			continue
-		}
-		del, err := a.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).Then(clientv3.OpDelete(key)).Commit()
+// Scan calls fn for every key under prefix at revision rev (0: the current one), a page at a
+// time, and returns that revision.
+func (a *Allocator) Scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+	start, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	for {
+		resp, err := a.client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(listPage), clientv3.WithRev(rev))
 		if err != nil {
-			return result, err
+			return 0, err
 		}
-		if del.Succeeded {
-			result.Removed++
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			if err := fn(kv); err != nil {
+				return 0, err
+			}
 		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		start = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	for _, d := range desired {
-		if have[a.key(d.Scope, d.Prefix.Masked())] {
-			continue
-		}
-		claimed, err := a.Claim(ctx, d.Scope, d.Prefix, d.Owner)
-		var overlap *OverlapError
-		switch {
-		case errors.As(err, &overlap):
-			result.Overlaps = append(result.Overlaps, fmt.Errorf("network %s: %w", d.Owner, err))
-		case err != nil:
-			return result, err
-		case claimed:
-			result.Restored++
-		}
+}
+
+func (a *Allocator) stored(kv *mvccpb.KeyValue) Stored {
+	s := Stored{Key: string(kv.Key), ModRevision: kv.ModRevision}
+	s.Scope, _, _ = strings.Cut(strings.TrimPrefix(s.Key, a.Root()), "/")
+	r, p, err := decode(kv.Value)
+	if err == nil && a.Key(s.Scope, p) != s.Key {
+		err = fmt.Errorf("its prefix %s belongs at another key", p)
 	}
-	return result, nil
+	if err != nil {
+		s.Corrupt = err
+		return s
+	}
+	s.Prefix, s.Owner = p, r.Owner
+	return s
+}
+
+// Restore writes the missing allocation al of the Network stored at objKey, if that Network is
+// still the incarnation created at objCreateRevision and nothing overlaps al. It returns
+// ErrObjectChanged or an *OverlapError otherwise.
+func (a *Allocator) Restore(ctx context.Context, objKey string, objCreateRevision int64, al Allocation) error {
+	_, err := a.guardedWrite(ctx, al,
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(objKey), "=", objCreateRevision)},
+		[]clientv3.Op{clientv3.OpGet(objKey, clientv3.WithKeysOnly())},
+		func(rs []*etcdserverpb.ResponseOp) error {
+			if kvs := rs[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != objCreateRevision {
+				return ErrObjectChanged
+			}
+			return nil
+		})
+	return err
+}
+
+// Rewrite replaces the allocation at key (if still at keyModRevision) by al, the allocation of the
+// Network stored at objKey (if still the incarnation created at objCreateRevision).
+func (a *Allocator) Rewrite(ctx context.Context, key string, keyModRevision int64, objKey string, objCreateRevision int64, al Allocation) (bool, error) {
+	if want := a.Key(al.Scope, al.Prefix); want != key {
+		return false, fmt.Errorf("allocation of %s belongs at %s, not %s", al.Prefix, want, key)
+	}
+	resp, err := a.client.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(key), "=", keyModRevision),
+		clientv3.Compare(clientv3.CreateRevision(objKey), "=", objCreateRevision),
+	).Then(clientv3.OpPut(key, Value(al))).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+// Remove deletes the allocation at key if it is still at modRevision.
+func (a *Allocator) Remove(ctx context.Context, key string, modRevision int64) (bool, error) {
+	resp, err := a.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRevision)).
+		Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+// Get reads one key (a Network's, for a delete) through the client the transactions use: nil
+// when it is absent.
+func (a *Allocator) Get(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
+	resp, err := a.client.Get(ctx, key)
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil, err
+	}
+	return resp.Kvs[0], nil
+}
+
+// Ping reads through the allocator's client with a linearizable read, so that it fails while
+// the client cannot reach an etcd quorum (for /readyz).
+func (a *Allocator) Ping(ctx context.Context) error {
+	_, err := a.client.Get(ctx, a.root, clientv3.WithCountOnly())
+	return err
 }

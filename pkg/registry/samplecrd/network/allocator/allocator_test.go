@@ -43,71 +43,168 @@ func startEtcd(t *testing.T) *clientv3.Client {
 	return c
 }
 
-func owner(name string) Owner { return Owner{Namespace: "ns", Name: name} }
+func owner(name string) Owner { return Owner{Namespace: "ns", Name: name, UID: "uid-" + name} }
 
-func TestClaimRejectsOverlapsBothWays(t *testing.T) {
+func alloc(cidr, name string) Allocation {
+	return Allocation{Scope: ClusterScope, Prefix: netip.MustParsePrefix(cidr), Owner: owner(name)}
+}
+
+// create stores a stand-in object for name together with its allocation.
+func create(ctx context.Context, a *Allocator, cidr, name string) error {
+	_, err := a.Create(ctx, "/obj/"+name, "object "+name, alloc(cidr, name))
+	return err
+}
+
+func TestCreateRejectsOverlapsBothWays(t *testing.T) {
 	a := New(startEtcd(t), "/alloc")
 	ctx := context.Background()
-	mustClaim := func(cidr, name string) {
+	mustCreate := func(cidr, name string) {
 		t.Helper()
-		if claimed, err := a.Claim(ctx, ClusterScope, netip.MustParsePrefix(cidr), owner(name)); err != nil || !claimed {
-			t.Fatalf("claim %s: claimed=%v err=%v", cidr, claimed, err)
+		if err := create(ctx, a, cidr, name); err != nil {
+			t.Fatalf("create %s: %v", cidr, err)
 		}
 	}
-	mustClaim("10.1.0.0/16", "middle")
-	mustClaim("10.0.0.0/16", "below")
-	mustClaim("10.2.0.0/16", "above")
-	mustClaim("fd00::/64", "v6")
+	mustCreate("10.1.0.0/16", "middle")
+	mustCreate("10.0.0.0/16", "below")
+	mustCreate("10.2.0.0/16", "above")
+	mustCreate("fd00::/64", "v6")
 
 	for cidr, other := range map[string]string{
 		"10.1.2.0/24":   "middle", // inside an existing prefix
 		"10.0.0.0/8":    "below",  // contains existing ones; the first is named
 		"10.1.255.0/24": "middle", // the last block of an existing prefix
 		"fd00::/48":     "v6",
+		"10.1.0.0/16":   "middle", // the same prefix
 	} {
-		_, err := a.Claim(ctx, ClusterScope, netip.MustParsePrefix(cidr), owner("new"))
+		err := create(ctx, a, cidr, "new-"+cidr)
 		var overlap *OverlapError
-		if !errors.As(err, &overlap) || overlap.Other.Owner.Name != other {
-			t.Errorf("claim %s: got %v, want an overlap with %s", cidr, err, other)
+		if !errors.As(err, &overlap) || overlap.Other.Owner != owner(other) {
+			t.Errorf("create %s: got %v, want an overlap with %s", cidr, err, other)
+		}
+		if resp, _ := a.client.Get(ctx, "/obj/new-"+cidr); len(resp.Kvs) != 0 {
+			t.Errorf("create %s overlapped but stored its object", cidr)
+		}
+		if err := a.Check(ctx, alloc(cidr, "dry")); !errors.As(err, &overlap) {
+			t.Errorf("check %s: %v, want an overlap", cidr, err)
 		}
 	}
-	// A shorter prefix's start address may hold a small allocation beside the claim.
-	mustClaim("10.4.0.0/24", "beside")
-	mustClaim("10.4.2.0/24", "next")
-	if _, err := a.Claim(ctx, ClusterScope, netip.MustParsePrefix("10.4.0.0/22"), owner("new")); !errors.As(err, new(*OverlapError)) {
-		t.Errorf("claim 10.4.0.0/22 over two /24s: %v, want an overlap", err)
+	// A shorter prefix's start address may hold a small allocation beside the new one: the
+	// first, optimistic transaction fails on it and the second is guarded by what it read.
+	mustCreate("10.4.0.0/24", "beside")
+	mustCreate("10.4.2.0/24", "next")
+	mustCreate("10.4.1.0/24", "between")
+	if err := create(ctx, a, "10.4.0.0/22", "new"); !errors.As(err, new(*OverlapError)) {
+		t.Errorf("create 10.4.0.0/22 over three /24s: %v, want an overlap", err)
 	}
-	// The longest IPv6 prefix with every bit set has 126 shorter prefixes with distinct starts:
-	// they and the guard fit in one transaction.
-	mustClaim("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffc/126", "many-bits")
-	mustClaim("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fff8/126", "many-bits-2")
-	// The same owner claiming its own prefix again is not a conflict and writes nothing.
-	if claimed, err := a.Claim(ctx, ClusterScope, netip.MustParsePrefix("10.1.0.0/16"), owner("middle")); err != nil || claimed {
-		t.Errorf("re-claim by owner: claimed=%v err=%v, want false, nil", claimed, err)
-	}
+	// The longest IPv6 prefix with every bit set has 125 shorter prefixes with distinct starts:
+	// they, the range guard and the object's guard fit in one transaction.
+	mustCreate("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffc/126", "many-bits")
+	mustCreate("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fff8/126", "many-bits-2")
 	// Other scopes are independent.
-	mustClaimIn := func(scope string) {
-		if _, err := a.Claim(ctx, scope, netip.MustParsePrefix("10.1.0.0/16"), owner("x")); err != nil {
-			t.Errorf("scope %s: %v", scope, err)
-		}
+	other := alloc("10.1.0.0/16", "x")
+	other.Scope = "team-a"
+	if _, err := a.Create(ctx, "/obj/team-a-x", "x", other); err != nil {
+		t.Errorf("another scope: %v", err)
 	}
-	mustClaimIn("team-a")
-	// Release frees the range for the next claim, and only the owner can release.
-	if err := a.Release(ctx, ClusterScope, netip.MustParsePrefix("10.1.0.0/16"), owner("intruder")); err != nil {
-		t.Fatal(err)
+	if err := a.Check(ctx, alloc("10.9.0.0/16", "dry")); err != nil {
+		t.Errorf("check of a free prefix: %v", err)
 	}
-	if _, err := a.Claim(ctx, ClusterScope, netip.MustParsePrefix("10.1.0.0/24"), owner("new")); err == nil {
-		t.Fatal("a release by another owner freed the range")
-	}
-	if err := a.Release(ctx, ClusterScope, netip.MustParsePrefix("10.1.0.0/16"), owner("middle")); err != nil {
-		t.Fatal(err)
-	}
-	mustClaim("10.1.0.0/24", "new")
 }
 
-func TestRacingClaimsStayDisjoint(t *testing.T) {
+// The object's key decides a same-name race before any overlap: one create wins, the others
+// store nothing, and the allocation is the winner's (its UID).
+func TestSameNameRaceHasOneWinner(t *testing.T) {
+	c := startEtcd(t)
+	a := New(c, "/alloc")
+	ctx := context.Background()
+	for round := range 20 {
+		cidr := fmt.Sprintf("10.20.%d.0/24", round)
+		var wg sync.WaitGroup
+		results := make([]error, 4)
+		for i := range results {
+			wg.Go(func() {
+				al := alloc(cidr, "twin")
+				al.Owner.UID = fmt.Sprintf("uid-%d-%d", round, i)
+				_, results[i] = a.Create(ctx, fmt.Sprintf("/obj/twin-%d", round), al.Owner.UID, al)
+			})
+		}
+		wg.Wait()
+		winner := -1
+		for i, err := range results {
+			switch {
+			case err == nil && winner == -1:
+				winner = i
+			case err == nil:
+				t.Fatalf("round %d: two creates of one name succeeded", round)
+			case !errors.Is(err, ErrObjectExists):
+				t.Fatalf("round %d: a losing create answered %v, want ErrObjectExists", round, err)
+			}
+		}
+		if winner == -1 {
+			t.Fatalf("round %d: no create succeeded", round)
+		}
+		resp, err := c.Get(ctx, a.Key(ClusterScope, netip.MustParsePrefix(cidr)))
+		want := Value(Allocation{Scope: ClusterScope, Prefix: netip.MustParsePrefix(cidr),
+			Owner: Owner{Namespace: "ns", Name: "twin", UID: fmt.Sprintf("uid-%d-%d", round, winner)}})
+		if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != want {
+			t.Fatalf("round %d: allocation %v (err %v), want %s", round, resp.Kvs, err, want)
+		}
+		if err := create(ctx, a, cidr, fmt.Sprint("intruder-", round)); !errors.As(err, new(*OverlapError)) {
+			t.Fatalf("round %d: the intruder got %v, want an overlap", round, err)
+		}
+	}
+}
+
+func TestDeleteRemovesObjectAndOnlyItsOwnAllocation(t *testing.T) {
+	c := startEtcd(t)
+	a := New(c, "/alloc")
+	ctx := context.Background()
+	al := alloc("10.30.0.0/16", "gone")
+	rev, err := a.Create(ctx, "/obj/gone", "v1", al)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A stale revision deletes nothing.
+	if deleted, _, err := a.Delete(ctx, "/obj/gone", rev-1, &al); err != nil || deleted {
+		t.Fatalf("delete at a stale revision: deleted=%v err=%v", deleted, err)
+	}
+	// Another incarnation's allocation (other UID) stays; the object goes.
+	stranger := al
+	stranger.Owner.UID = "someone-else"
+	if deleted, _, err := a.Delete(ctx, "/obj/gone", rev, &stranger); err != nil || !deleted {
+		t.Fatalf("delete: deleted=%v err=%v", deleted, err)
+	}
+	if resp, _ := c.Get(ctx, a.Key(ClusterScope, al.Prefix)); len(resp.Kvs) != 1 {
+		t.Fatal("a delete removed an allocation that was not its own")
+	}
+	// With its own allocation, both go in the one transaction.
+	if err := a.Restore(ctx, "/obj/gone", 1, al); !errors.Is(err, ErrObjectChanged) {
+		t.Fatalf("restore for a deleted object: %v, want ErrObjectChanged", err)
+	}
+	if _, err := c.Delete(ctx, a.Key(ClusterScope, al.Prefix)); err != nil {
+		t.Fatal(err)
+	}
+	rev, err = a.Create(ctx, "/obj/gone", "v2", al)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted, delRev, err := a.Delete(ctx, "/obj/gone", rev, &al)
+	if err != nil || !deleted {
+		t.Fatalf("delete: deleted=%v err=%v", deleted, err)
+	}
+	left, err := c.Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || left.Count != 0 {
+		t.Fatalf("%d keys left after deleting the only object (err %v)", left.Count, err)
+	}
+	// Object and allocation went at the same revision.
+	if delRev != left.Header.Revision {
+		t.Fatalf("delete at revision %d, but etcd is at %d", delRev, left.Header.Revision)
+	}
+}
+
+func TestRacingCreatesStayDisjoint(t *testing.T) {
 	a := New(startEtcd(t), "/alloc")
-	// 20 workers race 200 claims of /16, /20 and /24 prefixes over 10.0.0.0/12, many overlapping.
+	// 20 workers race 200 creates of /16, /20 and /24 prefixes over 10.0.0.0/12, many overlapping.
 	var prefixes []netip.Prefix
 	for i := range 200 {
 		bits := []int{16, 20, 24}[i%3]
@@ -121,7 +218,7 @@ func TestRacingClaimsStayDisjoint(t *testing.T) {
 	for range 20 {
 		wg.Go(func() {
 			for i := range work {
-				_, err := a.Claim(context.Background(), ClusterScope, prefixes[i], owner(fmt.Sprint("n", i)))
+				err := create(context.Background(), a, prefixes[i].String(), fmt.Sprint("n", i))
 				var overlap *OverlapError
 				switch {
 				case err == nil:
@@ -129,7 +226,7 @@ func TestRacingClaimsStayDisjoint(t *testing.T) {
 					won = append(won, prefixes[i])
 					mu.Unlock()
 				case !errors.As(err, &overlap):
-					t.Errorf("claim %s: %v", prefixes[i], err)
+					t.Errorf("create %s: %v", prefixes[i], err)
 				}
 			}
 		})
@@ -142,20 +239,35 @@ func TestRacingClaimsStayDisjoint(t *testing.T) {
 	for i := range won {
 		for j := i + 1; j < len(won); j++ {
 			if won[i].Overlaps(won[j]) {
-				t.Fatalf("both %s and %s were claimed", won[i], won[j])
+				t.Fatalf("both %s and %s were created", won[i], won[j])
 			}
 		}
 	}
-	stored, err := a.client.Get(context.Background(), "/alloc/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil || int(stored.Count) != len(won) {
-		t.Fatalf("%d allocations stored, %d claims won (err %v)", stored.Count, len(won), err)
+	stored, _, err := a.List(context.Background(), 0)
+	if err != nil || len(stored) != len(won) {
+		t.Fatalf("%d allocations stored, %d creates won (err %v)", len(stored), len(won), err)
 	}
 	if len(won) < 16 {
-		t.Fatalf("only %d claims won; the 16 disjoint /16s alone allow more", len(won))
+		t.Fatalf("only %d creates won; the 16 disjoint /16s alone allow more", len(won))
 	}
 }
 
-func TestAllocateExhaustsPoolExactly(t *testing.T) {
+// pickAndCreate is what a create with spec.prefixLength does: pick, and pick again after a lost race.
+func pickAndCreate(ctx context.Context, a *Allocator, pool netip.Prefix, bits int, name string) (netip.Prefix, error) {
+	for attempt := range 64 {
+		p, err := a.Pick(ctx, ClusterScope, pool, bits, attempt)
+		if err != nil {
+			return p, err
+		}
+		al := Allocation{Scope: ClusterScope, Prefix: p, Owner: owner(name)}
+		if _, err = a.Create(ctx, "/obj/"+name, name, al); !errors.As(err, new(*OverlapError)) {
+			return p, err
+		}
+	}
+	return netip.Prefix{}, errors.New("lost every race")
+}
+
+func TestPickExhaustsPoolExactly(t *testing.T) {
 	a := New(startEtcd(t), "/alloc")
 	pool := netip.MustParsePrefix("10.20.0.0/16")
 	var mu sync.Mutex
@@ -164,7 +276,7 @@ func TestAllocateExhaustsPoolExactly(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 300 {
 		wg.Go(func() {
-			p, err := a.Allocate(context.Background(), ClusterScope, pool, 24, owner(fmt.Sprint("n", i)))
+			p, err := pickAndCreate(context.Background(), a, pool, 24, fmt.Sprint("n", i))
 			mu.Lock()
 			defer mu.Unlock()
 			var ex *ExhaustedError
@@ -190,17 +302,23 @@ func TestAllocateExhaustsPoolExactly(t *testing.T) {
 	}
 }
 
-func TestAllocateSkipsUsedRangesAndIPv6(t *testing.T) {
+func TestPickSkipsUsedRangesAndIPv6(t *testing.T) {
 	a := New(startEtcd(t), "/alloc")
 	ctx := context.Background()
-	if _, err := a.Claim(ctx, ClusterScope, netip.MustParsePrefix("10.30.0.0/23"), owner("used")); err != nil {
+	if err := create(ctx, a, "10.30.0.0/23", "used"); err != nil {
 		t.Fatal(err)
 	}
 	p, err := a.freeBlocks(ctx, ClusterScope, netip.MustParsePrefix("10.30.0.0/22"), 24, 10)
 	if err != nil || len(p) != 2 || p[0].String() != "10.30.2.0/24" || p[1].String() != "10.30.3.0/24" {
 		t.Fatalf("free blocks %v (err %v), want 10.30.2.0/24 and 10.30.3.0/24", p, err)
 	}
-	v6, err := a.Allocate(ctx, ClusterScope, netip.MustParsePrefix("fd00:1::/48"), 64, owner("v6"))
+	// The first pick is the lowest free block, so that a dry run shows what a create gets.
+	for range 3 {
+		if first, err := a.Pick(ctx, ClusterScope, netip.MustParsePrefix("10.30.0.0/22"), 24, 0); err != nil || first.String() != "10.30.2.0/24" {
+			t.Fatalf("first pick %s (err %v), want 10.30.2.0/24", first, err)
+		}
+	}
+	v6, err := pickAndCreate(ctx, a, netip.MustParsePrefix("fd00:1::/48"), 64, "v6")
 	if err != nil || v6.Bits() != 64 || !netip.MustParsePrefix("fd00:1::/48").Contains(v6.Addr()) {
 		t.Fatalf("IPv6 allocation %s, %v", v6, err)
 	}
@@ -214,7 +332,7 @@ func TestFreeBlocksSkipsUsedAndContainingAllocations(t *testing.T) {
 	pool := netip.MustParsePrefix("10.50.0.0/15") // 512 /24s
 	for i := 0; i < 300; i++ {
 		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(50 + i/256), byte(i % 256), 0}), 24)
-		if _, err := a.Claim(ctx, ClusterScope, p, owner(fmt.Sprint("n", i))); err != nil {
+		if err := create(ctx, a, p.String(), fmt.Sprint("n", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -222,7 +340,7 @@ func TestFreeBlocksSkipsUsedAndContainingAllocations(t *testing.T) {
 	if err != nil || fmt.Sprint(free) != "[10.51.44.0/24 10.51.45.0/24 10.51.46.0/24]" {
 		t.Fatalf("free blocks %v (err %v), want the three lowest after the 300 used", free, err)
 	}
-	if _, err := a.Claim(ctx, ClusterScope, netip.MustParsePrefix("10.60.0.0/16"), owner("big")); err != nil {
+	if err := create(ctx, a, "10.60.0.0/16", "big"); err != nil {
 		t.Fatal(err)
 	}
 	for _, inner := range []string{"10.60.0.0/22", "10.60.4.0/22"} {
@@ -231,47 +349,63 @@ func TestFreeBlocksSkipsUsedAndContainingAllocations(t *testing.T) {
 			t.Errorf("free blocks of %s inside an allocated /16: %v (err %v)", inner, free, err)
 		}
 	}
-	if _, err := a.Allocate(ctx, ClusterScope, netip.MustParsePrefix("10.60.8.0/22"), 24, owner("x")); !errors.As(err, new(*ExhaustedError)) {
-		t.Errorf("allocating inside an allocated /16: %v, want an ExhaustedError", err)
+	if _, err := a.Pick(ctx, ClusterScope, netip.MustParsePrefix("10.60.8.0/22"), 24, 0); !errors.As(err, new(*ExhaustedError)) {
+		t.Errorf("picking inside an allocated /16: %v, want an ExhaustedError", err)
 	}
 }
 
-func TestRepairRestoresAndRemoves(t *testing.T) {
+// The verifier's writes are guarded by what it read: none undoes a concurrent create or delete.
+func TestRepairWritesAreGuarded(t *testing.T) {
 	c := startEtcd(t)
 	a := New(c, "/alloc")
 	ctx := context.Background()
-	keep, gone := netip.MustParsePrefix("10.40.0.0/24"), netip.MustParsePrefix("10.41.0.0/24")
-	a.now = func() time.Time { return time.Now().Add(-time.Hour) } // old claims
-	for p, name := range map[netip.Prefix]string{keep: "keep", gone: "gone"} {
-		if _, err := a.Claim(ctx, ClusterScope, p, owner(name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	a.now = time.Now
-	young := netip.MustParsePrefix("10.42.0.0/24")
-	if _, err := a.Claim(ctx, ClusterScope, young, owner("in-flight")); err != nil {
+	keep := alloc("10.40.0.0/24", "keep")
+	rev, err := a.Create(ctx, "/obj/keep", "keep", keep)
+	if err != nil {
 		t.Fatal(err)
 	}
-	// The record of "keep" is deleted by hand; "gone" no longer has a Network; "lost" has none.
-	if _, err := c.Delete(ctx, a.key(ClusterScope, keep)); err != nil {
+	key := a.Key(ClusterScope, keep.Prefix)
+	if _, err := c.Delete(ctx, key); err != nil {
 		t.Fatal(err)
 	}
-	desired := []Desired{
-		{Scope: ClusterScope, Prefix: keep, Owner: owner("keep")},
-		{Scope: ClusterScope, Prefix: netip.MustParsePrefix("10.43.0.0/24"), Owner: owner("lost")},
+	// Restore needs the same incarnation of the object, and refuses an overlap.
+	if err := a.Restore(ctx, "/obj/keep", rev+100, keep); !errors.Is(err, ErrObjectChanged) {
+		t.Fatalf("restore for another incarnation: %v", err)
 	}
-	res, err := a.Repair(ctx, desired, time.Minute)
-	if err != nil || res.Restored != 2 || res.Removed != 1 || len(res.Overlaps) != 0 {
-		t.Fatalf("repair: %+v, %v; want 2 restored, 1 removed", res, err)
+	if err := create(ctx, a, "10.40.0.0/16", "wide"); err != nil {
+		t.Fatal(err)
 	}
-	for p, want := range map[netip.Prefix]bool{keep: true, gone: false, young: true} {
-		resp, err := c.Get(ctx, a.key(ClusterScope, p))
-		if err != nil || (len(resp.Kvs) == 1) != want {
-			t.Errorf("%s present=%v, want %v", p, len(resp.Kvs) == 1, want)
-		}
+	if err := a.Restore(ctx, "/obj/keep", rev, keep); !errors.As(err, new(*OverlapError)) {
+		t.Fatalf("restore over an overlapping allocation: %v", err)
 	}
-	// A second repair changes nothing.
-	if res, err := a.Repair(ctx, desired, time.Minute); err != nil || res.Restored+res.Removed != 0 {
-		t.Errorf("second repair: %+v, %v", res, err)
+	stored, _, err := a.List(ctx, 0)
+	if err != nil || len(stored) != 1 || stored[0].Owner != owner("wide") || stored[0].Corrupt != nil {
+		t.Fatalf("allocations %+v (err %v), want wide's only", stored, err)
+	}
+	wide := stored[0]
+	// Remove and Rewrite need the key unchanged since it was read.
+	if ok, err := a.Remove(ctx, wide.Key, wide.ModRevision-1); err != nil || ok {
+		t.Fatalf("remove at a stale revision: %v %v", ok, err)
+	}
+	if ok, err := a.Rewrite(ctx, wide.Key, wide.ModRevision, "/obj/keep", rev, alloc("10.40.0.0/16", "keep")); err != nil || !ok {
+		t.Fatalf("rewrite: %v %v", ok, err)
+	}
+	if ok, err := a.Remove(ctx, wide.Key, wide.ModRevision); err != nil || ok {
+		t.Fatalf("remove after a rewrite: %v %v", ok, err)
+	}
+	stored, _, _ = a.List(ctx, 0)
+	if ok, err := a.Remove(ctx, stored[0].Key, stored[0].ModRevision); err != nil || !ok {
+		t.Fatalf("remove: %v %v", ok, err)
+	}
+	// A record at the wrong key, or one that is not JSON, is listed as corrupt.
+	if _, err := c.Put(ctx, key, "not json"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, a.Key(ClusterScope, netip.MustParsePrefix("10.41.0.0/24")), Value(keep)); err != nil {
+		t.Fatal(err)
+	}
+	stored, _, _ = a.List(ctx, 0)
+	if len(stored) != 2 || stored[0].Corrupt == nil || stored[1].Corrupt == nil {
+		t.Fatalf("corrupt records listed as %+v", stored)
 	}
 }

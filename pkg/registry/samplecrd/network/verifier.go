@@ -1,0 +1,278 @@
+package network
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"k8s.io/apiserver/pkg/storage/value"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
+)
+
+// Kinds of violations of the allocation invariant, as the verifier reports them.
+const (
+	// ViolationOverlap: two stored Networks of one scope overlap.
+	ViolationOverlap = "overlap"
+	// ViolationOrphan: an allocation no stored Network owns.
+	ViolationOrphan = "orphan"
+	// ViolationMissing: a stored Network without an allocation.
+	ViolationMissing = "missing"
+	// ViolationMismatch: a Network's allocation key holds another owner (for example a record
+	// written before allocations carried the Network's UID).
+	ViolationMismatch = "mismatch"
+	// ViolationInvalid: a stored Network without a canonical prefix, or an undecodable one.
+	ViolationInvalid = "invalid"
+)
+
+var (
+	violations = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Subsystem:      "network_allocation",
+		Name:           "violations",
+		Help:           "Violations of the allocation invariant the last verification found, by kind (overlap, orphan, missing, mismatch, invalid).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
+	repairs = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "network_allocation",
+		Name:           "repairs_total",
+		Help:           "Allocations the verifier fixed, by action (restored, rewritten, removed).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"action"})
+	verifications = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "network_allocation",
+		Name:           "verifications_total",
+		Help:           "Verifications of the allocation invariant, by result (ok, violations, error).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+	registerVerifierMetrics sync.Once
+)
+
+// Violation is one break of the invariant: each allocation key is the allocation of one stored
+// Network (same scope, prefix, namespace, name and UID), each stored Network has one, and no two
+// stored Networks of a scope overlap.
+type Violation struct {
+	Kind string
+	// Detail names the keys, Networks and prefixes involved.
+	Detail string
+	// Fixed says the verifier repaired it.
+	Fixed bool
+}
+
+// Verification is the result of one pass.
+type Verification struct {
+	// Revision is the etcd revision at which allocations and Networks were read.
+	Revision   int64
+	Networks   int
+	Violations []Violation
+}
+
+// Count returns how many violations of kind were found.
+func (v Verification) Count(kind string) int {
+	n := 0
+	for _, x := range v.Violations {
+		if x.Kind == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// etcdNetwork is a Network as read from etcd, with the revisions a repair is guarded by.
+type etcdNetwork struct {
+	network        *samplecrd.Network
+	key            string
+	createRevision int64
+}
+
+// Verify reads the allocations and the Networks at one etcd revision, reports every violation
+// of the invariant (log and metrics), and fixes what is safe: it restores a missing allocation
+// (if nothing overlaps it), rewrites a Network's key that holds another owner, and removes
+// allocations no Network owns — each in a transaction guarded by the revisions it read, so a
+// concurrent create or delete is never undone. Overlapping Networks are only reported.
+func (a *Allocations) Verify(ctx context.Context) (Verification, error) {
+	registerVerifierMetrics.Do(func() { legacyregistry.MustRegister(violations, repairs, verifications) })
+	v, err := a.verify(ctx)
+	result := "ok"
+	switch {
+	case err != nil:
+		result = "error"
+	case len(v.Violations) > 0:
+		result = "violations"
+	}
+	verifications.WithLabelValues(result).Inc()
+	if err != nil {
+		return v, err
+	}
+	for _, kind := range []string{ViolationOverlap, ViolationOrphan, ViolationMissing, ViolationMismatch, ViolationInvalid} {
+		violations.WithLabelValues(kind).Set(float64(v.Count(kind)))
+	}
+	for _, x := range v.Violations {
+		klog.ErrorS(nil, "Network allocation invariant violated", "kind", x.Kind, "detail", x.Detail, "fixed", x.Fixed, "revision", v.Revision)
+	}
+	return v, nil
+}
+
+func (a *Allocations) verify(ctx context.Context) (Verification, error) {
+	s := a.store
+	if s == nil {
+		return Verification{}, errors.New("the allocating storage is not set up")
+	}
+	for {
+		stored, rev, err := a.Allocator.List(ctx, 0)
+		if err != nil {
+			return Verification{}, err
+		}
+		var networks []etcdNetwork
+		var v Verification
+		_, err = a.Allocator.Scan(ctx, s.pathPrefix+strings.Trim(s.resourcePrefix, "/")+"/", rev, func(kv *mvccpb.KeyValue) error {
+			n, err := s.decodeStored(ctx, kv)
+			if err != nil {
+				v.Violations = append(v.Violations, Violation{Kind: ViolationInvalid, Detail: fmt.Sprintf("%s cannot be decoded: %v", kv.Key, err)})
+				return nil
+			}
+			networks = append(networks, etcdNetwork{network: n, key: string(kv.Key), createRevision: kv.CreateRevision})
+			return nil
+		})
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			continue // compacted between the two reads: read both again
+		}
+		if err != nil {
+			return Verification{}, err
+		}
+		v.Revision, v.Networks = rev, len(networks)
+		a.check(ctx, &v, stored, networks)
+		return v, nil
+	}
+}
+
+func (s *allocatingStore) decodeStored(ctx context.Context, kv *mvccpb.KeyValue) (*samplecrd.Network, error) {
+	data, _, err := s.transformer.TransformFromStorage(ctx, kv.Value, value.DefaultContext(kv.Key))
+	if err != nil {
+		return nil, err
+	}
+	obj := s.newFunc()
+	if err := s.decoder.Decode(data, obj, kv.ModRevision); err != nil {
+		return nil, err
+	}
+	n, ok := obj.(*samplecrd.Network)
+	if !ok {
+		return nil, fmt.Errorf("decoded a %T", obj)
+	}
+	return n, nil
+}
+
+func (a *Allocations) check(ctx context.Context, v *Verification, stored []allocator.Stored, networks []etcdNetwork) {
+	byKey := make(map[string]allocator.Stored, len(stored))
+	for _, st := range stored {
+		byKey[st.Key] = st
+	}
+	uids := make(map[string]bool, len(networks))
+	for _, n := range networks {
+		uids[string(n.network.UID)] = true
+	}
+	owned := make(map[string]bool, len(networks))
+	report := func(kind string, fixed bool, format string, args ...any) {
+		v.Violations = append(v.Violations, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...), Fixed: fixed})
+	}
+	var valid []etcdNetwork
+	for _, sn := range networks {
+		n := sn.network
+		al, ok := a.allocationOf(n)
+		if !ok {
+			report(ViolationInvalid, false, "network %s/%s (uid %s) has no canonical prefix: %q", n.Namespace, n.Name, n.UID, n.Spec.CIDR)
+			continue
+		}
+		valid = append(valid, sn)
+		key := a.Allocator.Key(al.Scope, al.Prefix)
+		st, ok := byKey[key]
+		switch {
+		case !ok:
+			err := a.Allocator.Restore(ctx, sn.key, sn.createRevision, al)
+			if err == nil {
+				repairs.WithLabelValues("restored").Inc()
+			}
+			report(ViolationMissing, err == nil, "network %s/%s (uid %s, %s) has no allocation at %s%s", n.Namespace, n.Name, n.UID, al.Prefix, key, outcome(err))
+		case st.Corrupt == nil && st.Allocation == al:
+			owned[key] = true
+		case st.Corrupt == nil && st.Owner.UID != "" && uids[st.Owner.UID]:
+			// The key holds another stored Network's allocation: the two overlap (reported below).
+			owned[key] = true
+		default:
+			fixed, err := a.Allocator.Rewrite(ctx, key, st.ModRevision, sn.key, sn.createRevision, al)
+			if fixed {
+				repairs.WithLabelValues("rewritten").Inc()
+				owned[key] = true
+			}
+			report(ViolationMismatch, fixed, "allocation %s of network %s/%s (uid %s, %s) holds %s%s", key, n.Namespace, n.Name, n.UID, al.Prefix, describe(st), outcome(err))
+		}
+	}
+	for _, st := range stored {
+		if owned[st.Key] {
+			continue
+		}
+		fixed, err := a.Allocator.Remove(ctx, st.Key, st.ModRevision)
+		if fixed {
+			repairs.WithLabelValues("removed").Inc()
+		}
+		report(ViolationOrphan, fixed, "allocation %s (%s) belongs to no stored network%s", st.Key, describe(st), outcome(err))
+	}
+	for _, pair := range overlappingPairs(a, valid) {
+		report(ViolationOverlap, false, "networks %s and %s overlap", pair[0], pair[1])
+	}
+}
+
+func outcome(err error) string {
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (not fixed: %v)", err)
+}
+
+func describe(st allocator.Stored) string {
+	if st.Corrupt != nil {
+		return fmt.Sprintf("a corrupt record: %v", st.Corrupt)
+	}
+	return fmt.Sprintf("%s of %s uid %q", st.Prefix, st.Owner, st.Owner.UID)
+}
+
+// overlappingPairs lists every pair of Networks of one scope whose prefixes overlap. Prefixes
+// are nested or disjoint, so after sorting by start address (longer prefixes first) a Network
+// overlaps exactly the earlier ones whose range still covers its start.
+func overlappingPairs(a *Allocations, networks []etcdNetwork) [][2]string {
+	type entry struct {
+		scope  string
+		prefix netip.Prefix
+		name   string
+	}
+	var entries []entry
+	for _, sn := range networks {
+		al, _ := a.allocationOf(sn.network)
+		entries = append(entries, entry{al.Scope, al.Prefix, fmt.Sprintf("%s (%s, uid %s)", al.Owner, al.Prefix, al.Owner.UID)})
+	}
+	slices.SortFunc(entries, func(x, y entry) int {
+		return cmp.Or(cmp.Compare(x.scope, y.scope), x.prefix.Addr().Compare(y.prefix.Addr()), cmp.Compare(x.prefix.Bits(), y.prefix.Bits()))
+	})
+	var pairs [][2]string
+	var open []entry
+	for _, e := range entries {
+		open = slices.DeleteFunc(open, func(o entry) bool {
+			return o.scope != e.scope || o.prefix.Addr().Is4() != e.prefix.Addr().Is4() || !o.prefix.Contains(e.prefix.Addr())
+		})
+		for _, o := range open {
+			pairs = append(pairs, [2]string{o.name, e.name})
+		}
+		open = append(open, e)
+	}
+	return pairs
+}
