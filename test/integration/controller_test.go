@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
-	"github.com/samplecrd/network-apiserver/pkg/cmd/server"
+	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
@@ -33,7 +33,7 @@ type ctrlAgent struct {
 
 func ctrlStartAgent(t *testing.T, s *framework.Server, ns *netnstest.NS, confDir string) *ctrlAgent {
 	t.Helper()
-	o := server.NewControllerOptions()
+	o := agent.NewControllerOptions()
 	o.NodeName, o.BackendNetNS, o.CNIConfDir = "node-it", ns.Path, confDir
 	o.ResyncPeriod, o.GCInterval = time.Hour, time.Hour
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,6 +1,8 @@
-// Package server holds network-apiserver's options and flags and the command that runs it, in one
-// of two modes: standalone (no core Kubernetes API: embedded etcd by default, its own admin
-// credential) or attached (behind kube-apiserver's aggregation layer, with delegated authn/authz).
+// Package server holds network-apiserver's options and flags, its admission wiring and the command
+// that runs it, in one of two modes: standalone (no core Kubernetes API: embedded etcd by default,
+// its own admin credential) or attached (behind kube-apiserver's aggregation layer, with delegated
+// authn/authz). The embedded etcd, the standalone credential and the controller live in packages
+// of their own (pkg/embeddedetcd, pkg/standaloneauth, pkg/cmd/agent).
 package server
 
 import (
@@ -26,7 +28,9 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver"
+	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
 	generatedopenapi "github.com/samplecrd/network-apiserver/pkg/generated/openapi"
+	"github.com/samplecrd/network-apiserver/pkg/standaloneauth"
 )
 
 const etcdPathPrefix = "/registry/samplecrd.k8s.io"
@@ -49,7 +53,7 @@ type Options struct {
 	// AllocationVerifyInterval is how often the allocation invariant is verified.
 	AllocationVerifyInterval time.Duration
 	// Controller configures the bundled Network controller.
-	Controller *ControllerOptions
+	Controller *agent.ControllerOptions
 	// TemplateFile is the network template file; standalone mode's template source.
 	TemplateFile string
 	// TemplateNamespace is where the network-template ConfigMap is read from in attached mode.
@@ -71,7 +75,7 @@ func NewOptions(out io.Writer) *Options {
 		Recommended: genericoptions.NewRecommendedOptions(etcdPathPrefix,
 			apiserver.Codecs.LegacyCodec(v1.SchemeGroupVersion)),
 		DataDir:                  "network-apiserver.data",
-		Controller:               NewControllerOptions(),
+		Controller:               agent.NewControllerOptions(),
 		OverlapScope:             OverlapScopeCluster,
 		NetworkPools:             append([]string(nil), DefaultNetworkPools...),
 		AllocationVerifyInterval: 10 * time.Minute,
@@ -153,7 +157,7 @@ func (o *Options) Complete() error {
 		o.Recommended.SecureServing.ServerCert.CertDirectory = filepath.Join(o.DataDir, "certs")
 	}
 	if o.Standalone {
-		// No core API: authn/authz are ours (applyStandaloneAuth), and whatever needs a
+		// No core API: authn/authz are ours (standaloneauth), and whatever needs a
 		// kube-apiserver's informers (namespace lifecycle, webhooks, policies, flow control) is off.
 		o.Recommended.CoreAPI = nil
 		o.Recommended.Authentication = nil
@@ -236,11 +240,11 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		return nil, err
 	}
 	if o.Standalone {
-		token, err := loadOrCreateAdminToken(filepath.Join(o.DataDir, "admin.token"))
+		token, err := standaloneauth.LoadOrCreateAdminToken(filepath.Join(o.DataDir, "admin.token"))
 		if err != nil {
 			return nil, fmt.Errorf("admin token: %w", err)
 		}
-		if err := applyStandaloneAuth(&config.Config, token); err != nil {
+		if err := standaloneauth.Apply(&config.Config, token); err != nil {
 			return nil, err
 		}
 		if err := o.standaloneAdmission(config); err != nil {

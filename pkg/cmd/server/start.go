@@ -12,6 +12,10 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+
+	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
+	"github.com/samplecrd/network-apiserver/pkg/embeddedetcd"
+	"github.com/samplecrd/network-apiserver/pkg/standaloneauth"
 )
 
 // NewCommand returns the network-apiserver command.
@@ -35,7 +39,7 @@ func NewCommand(ctx context.Context, o *Options) *cobra.Command {
 	}
 	cmd.SetContext(ctx)
 	o.AddFlags(cmd.Flags())
-	cmd.AddCommand(NewAgentCommand(ctx))
+	cmd.AddCommand(agent.NewCommand(ctx))
 	return cmd
 }
 
@@ -45,7 +49,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	if o.EmbeddedEtcd() {
-		etcd, err := startEmbeddedEtcd(ctx, o.DataDir, o.EmbeddedEtcdPort)
+		etcd, err := embeddedetcd.Start(ctx, o.DataDir, o.EmbeddedEtcdPort)
 		if err != nil {
 			return err
 		}
@@ -79,7 +83,7 @@ func (o *Options) Run(ctx context.Context) error {
 			}
 		}
 		server.GenericAPIServer.AddPostStartHookOrDie("start-network-controller", func(hook genericapiserver.PostStartHookContext) error {
-			o.Controller.runInBackground(hook, hook.LoopbackClientConfig, events)
+			o.Controller.RunInBackground(hook, hook.LoopbackClientConfig, events)
 			return nil
 		})
 	}
@@ -106,7 +110,7 @@ func (o *Options) announceAdminKubeconfig() error {
 	if err != nil {
 		return fmt.Errorf("reading the serving certificate for the kubeconfig: %w", err)
 	}
-	token, err := loadOrCreateAdminToken(filepath.Join(o.DataDir, "admin.token"))
+	token, err := standaloneauth.LoadOrCreateAdminToken(filepath.Join(o.DataDir, "admin.token"))
 	if err != nil {
 		return err
 	}
@@ -115,7 +119,7 @@ func (o *Options) announceAdminKubeconfig() error {
 		return err
 	}
 	server := "https://" + net.JoinHostPort(host, strconv.Itoa(port))
-	if err := writeAdminKubeconfig(file, server, caPEM, token); err != nil {
+	if err := standaloneauth.WriteAdminKubeconfig(file, server, caPEM, token); err != nil {
 		return err
 	}
 	klog.InfoS("Admin kubeconfig written", "path", file, "server", server)

@@ -1,4 +1,4 @@
-package server
+package standaloneauth
 
 import (
 	"net/http"
@@ -15,7 +15,7 @@ import (
 
 func TestAdminTokenIsKeptAcrossStarts(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "admin.token")
-	first, err := loadOrCreateAdminToken(file)
+	first, err := LoadOrCreateAdminToken(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func TestAdminTokenIsKeptAcrossStarts(t *testing.T) {
 	if info, err := os.Stat(file); err != nil || info.Mode().Perm() != 0o600 {
 		t.Errorf("token file mode %v (err %v), want 0600", info.Mode().Perm(), err)
 	}
-	second, err := loadOrCreateAdminToken(file)
+	second, err := LoadOrCreateAdminToken(file)
 	if err != nil || second != first {
 		t.Errorf("second start got %q (err %v), want the first token %q", second, err, first)
 	}
@@ -33,7 +33,7 @@ func TestAdminTokenIsKeptAcrossStarts(t *testing.T) {
 
 func TestStandaloneAuth(t *testing.T) {
 	config := &genericapiserver.Config{}
-	if err := applyStandaloneAuth(config, "secret"); err != nil {
+	if err := Apply(config, "secret"); err != nil {
 		t.Fatal(err)
 	}
 	request := func(path, token string) *http.Request {
@@ -84,7 +84,7 @@ func TestStandaloneAuth(t *testing.T) {
 
 func TestAdminKubeconfig(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "sub", "admin.kubeconfig")
-	if err := writeAdminKubeconfig(file, "https://127.0.0.1:8443", []byte("CA"), "tok"); err != nil {
+	if err := WriteAdminKubeconfig(file, "https://127.0.0.1:8443", []byte("CA"), "tok"); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := clientcmd.LoadFromFile(file)

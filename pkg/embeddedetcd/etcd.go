@@ -1,4 +1,6 @@
-package server
+// Package embeddedetcd runs a one-member etcd inside the server process, for single-machine use:
+// the default storage of a standalone network-apiserver.
+package embeddedetcd
 
 import (
 	"context"
@@ -12,16 +14,16 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// embeddedEtcd is an etcd member running inside the server process, for single-machine use.
-type embeddedEtcd struct {
+// Etcd is an etcd member running inside the server process.
+type Etcd struct {
 	etcd     *embed.Etcd
 	logLevel zap.AtomicLevel
 	Endpoint string
 }
 
-// startEmbeddedEtcd starts a one-member etcd with its data under dir, serving clients on loopback
+// Start starts a one-member etcd with its data under dir, serving clients on loopback
 // at port (0 picks a free port), and waits until it is ready.
-func startEmbeddedEtcd(ctx context.Context, dir string, port int) (*embeddedEtcd, error) {
+func Start(ctx context.Context, dir string, port int) (*Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "network-apiserver"
 	cfg.Dir = filepath.Join(dir, "etcd")
@@ -59,11 +61,11 @@ func startEmbeddedEtcd(ctx context.Context, dir string, port int) (*embeddedEtcd
 	}
 	endpoint := "http://" + e.Clients[0].Addr().String()
 	klog.InfoS("Embedded etcd is serving", "endpoint", endpoint, "dataDir", cfg.Dir)
-	return &embeddedEtcd{etcd: e, logLevel: level, Endpoint: endpoint}, nil
+	return &Etcd{etcd: e, logLevel: level, Endpoint: endpoint}, nil
 }
 
 // Stop stops the member and waits until its data is flushed.
-func (e *embeddedEtcd) Stop() {
+func (e *Etcd) Stop() {
 	e.logLevel.SetLevel(zap.FatalLevel)
 	e.etcd.Close()
 }

@@ -1,4 +1,7 @@
-package server
+// Package standaloneauth is the authentication and authorization of a standalone network-apiserver
+// (no core Kubernetes API to delegate to): one admin bearer token, kept in a file, and a kubeconfig
+// for it; anonymous requests reach the health endpoints only.
+package standaloneauth
 
 import (
 	"context"
@@ -30,9 +33,9 @@ const AdminUser = "network-apiserver-admin"
 // healthPaths may be read without credentials, so that probes work; everything else needs the token.
 var healthPaths = []string{"/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*"}
 
-// loadOrCreateAdminToken returns the admin bearer token kept in file, creating it on first start,
+// LoadOrCreateAdminToken returns the admin bearer token kept in file, creating it on first start,
 // so that a kubeconfig written once stays valid across restarts.
-func loadOrCreateAdminToken(file string) (string, error) {
+func LoadOrCreateAdminToken(file string) (string, error) {
 	if b, err := os.ReadFile(file); err == nil {
 		if token := strings.TrimSpace(string(b)); token != "" {
 			return token, nil
@@ -51,9 +54,9 @@ func loadOrCreateAdminToken(file string) (string, error) {
 	return token, nil
 }
 
-// applyStandaloneAuth makes the admin token the only credential: its holder is in system:masters
+// Apply makes the admin token the only credential: its holder is in system:masters
 // and may do anything; anonymous requests reach the health endpoints only.
-func applyStandaloneAuth(config *genericapiserver.Config, token string) error {
+func Apply(config *genericapiserver.Config, token string) error {
 	admin := &authenticator.Response{User: &user.DefaultInfo{
 		Name:   AdminUser,
 		Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated},
@@ -97,8 +100,8 @@ func isHealthPath(p string) bool {
 	return false
 }
 
-// writeAdminKubeconfig writes a kubeconfig for the admin token that trusts the serving certificate.
-func writeAdminKubeconfig(file, server string, caPEM []byte, token string) error {
+// WriteAdminKubeconfig writes a kubeconfig for the admin token that trusts the serving certificate.
+func WriteAdminKubeconfig(file, server string, caPEM []byte, token string) error {
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["network-apiserver"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
 	cfg.AuthInfos[AdminUser] = &clientcmdapi.AuthInfo{Token: token}

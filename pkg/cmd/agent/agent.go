@@ -1,4 +1,4 @@
-package server
+package agent
 
 import (
 	"context"
@@ -16,9 +16,9 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// NewAgentCommand returns `network-apiserver agent`: the Network controller alone, against any
+// NewCommand returns `network-apiserver agent`: the Network controller alone, against any
 // endpoint serving samplecrd.k8s.io (the form a DaemonSet runs on every node).
-func NewAgentCommand(ctx context.Context) *cobra.Command {
+func NewCommand(ctx context.Context) *cobra.Command {
 	o := NewControllerOptions()
 	var kubeconfig, metricsAddress string
 	var recordEvents bool

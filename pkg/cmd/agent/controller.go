@@ -1,4 +1,7 @@
-package server
+// Package agent wires the Network controller: its options and flags, Run (informers, events,
+// Linux backend), the bundled form started inside the server, and `network-apiserver agent`, the
+// controller alone against any endpoint serving samplecrd.k8s.io.
+package agent
 
 import (
 	"context"
@@ -115,8 +118,8 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, events
 	return controller.Run(ctx, c.Workers)
 }
 
-// runInBackground starts the controller and logs, rather than crashes on, its failure.
-func (c *ControllerOptions) runInBackground(ctx context.Context, config *rest.Config, events kubernetes.Interface) {
+// RunInBackground starts the controller and logs, rather than crashes on, its failure.
+func (c *ControllerOptions) RunInBackground(ctx context.Context, config *rest.Config, events kubernetes.Interface) {
 	go func() {
 		if err := c.Run(ctx, config, events); err != nil {
 			klog.ErrorS(err, "The Network controller stopped")
