@@ -82,8 +82,9 @@ bench: build
 	hack/build-tools.sh
 	$(GO) run ./test/bench $(if $(filter 1,$(PROFILE)),-profile) $(BENCH_FLAGS)
 
-## verify: gofmt, go vet, go.mod tidy and fresh generated code
+## verify: gofmt, go vet, go.mod tidy, fresh generated code and no tracked file over 1 MiB
 verify:
+	hack/verify-file-sizes.sh
 	@bad=$$(gofmt -s -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './_output/*')); \
 	  if [ -n "$$bad" ]; then echo "gofmt -s would change: $$bad"; exit 1; fi
 	$(GO) vet ./...
