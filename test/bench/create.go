@@ -19,6 +19,8 @@ type createResult struct {
 	Seconds      float64  `json:"seconds"`
 	PerSecond    float64  `json:"perSecond"`
 	Latency      dist     `json:"latency"`
+	// CPUMs is each process's CPU milliseconds per created object over the run.
+	CPUMs map[string]float64 `json:"cpuMsPerObject,omitempty"`
 }
 
 // requestTimeout bounds every single request the bench makes.

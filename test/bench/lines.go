@@ -7,9 +7,12 @@ func (r *results) buildLines() {
 	r.Lines = nil
 	o, c, cfg := &r.Ours, &r.CRD, r.Config
 	r.createLines(fmt.Sprintf("create %d direct, %d clients", cfg.N, cfg.Clients), o.Create, c.Create, 2.5)
+	r.directCPULines("create direct: CPU per create", createCPU(o.Create), createCPU(c.Create), 2.5)
 
 	n := cfg.N
 	r.listLines(fmt.Sprintf("LIST %d", n), o.Lists["json"], o.Lists["protobuf"], c.Lists["json"], c.Lists["protobuf"], 3, true)
+	r.directCPULines(fmt.Sprintf("LIST %d JSON: CPU per LIST", n), listCPU(o.Lists["json"]), listCPU(c.Lists["json"]), 0)
+	r.directCPULines(fmt.Sprintf("LIST %d protobuf (CRD: JSON): CPU per LIST", n), listCPU(o.Lists["protobuf"]), listCPU(c.Lists["json"]), 0)
 	r.listLines(fmt.Sprintf("paged LIST %d (limit %d)", n, pageLimit), o.Lists["paged-json"], o.Lists["paged-protobuf"],
 		c.Lists["paged-json"], c.Lists["paged-protobuf"], 0, false)
 
@@ -26,6 +29,8 @@ func (r *results) buildLines() {
 	r.addLine(name+": events lost (must be 0)", unitCount, olost, clost, false, 0)
 
 	r.createLines(fmt.Sprintf("create %d via aggregator, %d clients", cfg.N/2, cfg.Clients), o.CreateAggregated, c.CreateAggregated, 1.5)
+	r.aggregatedCPULines("create via aggregator: CPU per create", createCPU(o.CreateAggregated), createCPU(c.CreateAggregated))
+	r.aggregatedCPULines(fmt.Sprintf("LIST %d JSON via aggregator: CPU per LIST", n), listCPU(o.Lists["aggregated-json"]), listCPU(c.Lists["aggregated-json"]))
 	r.listLines(fmt.Sprintf("LIST %d via aggregator", n), o.Lists["aggregated-json"], o.Lists["aggregated-protobuf"],
 		c.Lists["aggregated-json"], c.Lists["aggregated-protobuf"], 3, false)
 
@@ -124,4 +129,35 @@ func sampleAt(samples []*memSample, size int) *memSample {
 		}
 	}
 	return nil
+}
+
+func createCPU(r *createResult) map[string]float64 {
+	if r == nil {
+		return nil
+	}
+	return r.CPUMs
+}
+
+func listCPU(l *listResult) map[string]float64 {
+	if l == nil || l.notAcceptable() {
+		return nil
+	}
+	return l.CPUMs
+}
+
+// directCPULines compares the CPU per operation of the serving processes: ours and its etcd
+// against kube-apiserver serving the CRD and its etcd (one etcd serves both, at different times).
+func (r *results) directCPULines(name string, ours, crd map[string]float64, target float64) {
+	r.addLine(name+", server + etcd", unitCPU, cpuSum(ours, "network-apiserver", "etcd"), cpuSum(crd, "kube-apiserver", "etcd"), false, target)
+	r.addLine(name+", network-apiserver vs kube-apiserver", unitCPU, cpuSum(ours, "network-apiserver"), cpuSum(crd, "kube-apiserver"), false, 0)
+	r.addLine(name+", etcd", unitCPU, cpuSum(ours, "etcd"), cpuSum(crd, "etcd"), false, 0)
+}
+
+// aggregatedCPULines compares requests through kube-apiserver: for ours, kube-apiserver's share
+// is its proxy work.
+func (r *results) aggregatedCPULines(name string, ours, crd map[string]float64) {
+	r.addLine(name+", all processes", unitCPU, cpuSum(ours, "kube-apiserver", "network-apiserver", "etcd"), cpuSum(crd, "kube-apiserver", "etcd"), false, 0)
+	r.addLine(name+", kube-apiserver (ours: proxying)", unitCPU, cpuSum(ours, "kube-apiserver"), cpuSum(crd, "kube-apiserver"), false, 0)
+	r.addLine(name+", network-apiserver vs the CRD's kube-apiserver", unitCPU, cpuSum(ours, "network-apiserver"), cpuSum(crd, "kube-apiserver"), false, 2.5)
+	r.addLine(name+", etcd", unitCPU, cpuSum(ours, "etcd"), cpuSum(crd, "etcd"), false, 0)
 }

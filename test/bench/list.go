@@ -32,6 +32,8 @@ type listResult struct {
 	Pages    int       `json:"pages,omitempty"`
 	MedianMs float64   `json:"medianMs"`
 	RunsMs   []float64 `json:"runsMs"`
+	// CPUMs is each process's CPU milliseconds per LIST (per whole collection when paged).
+	CPUMs map[string]float64 `json:"cpuMsPerList,omitempty"`
 }
 
 // notAcceptable says the server refused the encoding, which the bench records as N/A.

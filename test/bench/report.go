@@ -63,6 +63,8 @@ const (
 	unitBytes  = "bytes"
 	unitPerObj = "bytes/object"
 	unitCount  = "count"
+	// unitCPU is CPU milliseconds per operation, read from /proc over the operation's run.
+	unitCPU = "ms CPU"
 )
 
 func val(v float64) *float64 { return &v }
@@ -174,6 +176,8 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.0f B/obj", v)
 	case unitCount:
 		return fmt.Sprintf("%.0f", v)
+	case unitCPU:
+		return fmt.Sprintf("%.3f ms CPU", v)
 	}
 	return fmt.Sprint(v)
 }

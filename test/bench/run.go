@@ -164,7 +164,9 @@ func (b *bench) waitServing(ctx context.Context, be backend, what string) error 
 // creates runs a parallel create of count new objects into ns through be.
 func (b *bench) creates(ctx context.Context, s *side, be backend, ns string, count int, what string) *createResult {
 	step("%s: %s: creating %d objects (%d stored), %d clients", s.name, what, count, s.stored, b.cfg.Clients)
+	before := b.sampleCPU()
 	r := createMany(ctx, be, ns, s.next, count, b.cfg.Clients, false)
+	r.CPUMs = perOp(before, b.sampleCPU(), r.Created)
 	r.StoredBefore = s.stored
 	s.next += count
 	s.stored += r.Created

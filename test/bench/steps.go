@@ -44,10 +44,12 @@ func (b *bench) lists(ctx context.Context) error {
 		path := s.direct.collectionPath(benchNamespace)
 		for _, accept := range []string{acceptJSON, acceptProtobuf} {
 			step("%s: LIST %s (%s), %d times, whole and in pages of %d", s.name, path, accept, listRuns, pageLimit)
+			before := b.sampleCPU()
 			whole, err := listAll(ctx, s.direct.endpoint(), path, accept, listRuns)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
+			whole.CPUMs = perOp(before, b.sampleCPU(), listRuns)
 			paged, err := listPaged(ctx, s.direct.endpoint(), path, accept, pageLimit, listRuns)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
@@ -111,10 +113,12 @@ func (b *bench) aggregated(ctx context.Context) error {
 		path := s.aggregated.collectionPath(benchNamespace)
 		for _, accept := range []string{acceptJSON, acceptProtobuf} {
 			step("%s: LIST %s (%s) via kube-apiserver, %d times", s.name, path, accept, listRuns)
+			before := b.sampleCPU()
 			l, err := listAll(ctx, s.aggregated.endpoint(), path, accept, listRuns)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.name, err)
 			}
+			l.CPUMs = perOp(before, b.sampleCPU(), listRuns)
 			b.checkList(s, l)
 			s.fig.Lists["aggregated-"+encodingName(accept)] = l
 		}

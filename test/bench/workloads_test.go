@@ -2,6 +2,7 @@ package main
 
 import (
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -59,5 +60,29 @@ func TestContinueToken(t *testing.T) {
 		if n, err := countItems(body, accept); err != nil || n != 1 {
 			t.Errorf("%s: countItems = %d, %v", accept, n, err)
 		}
+	}
+}
+
+func TestParseCPUTime(t *testing.T) {
+	// A command name with spaces and a parenthesis; utime 250 and stime 50 ticks.
+	stat := "4242 (kube apiserver) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 100 1000 200 18446744073709551615"
+	got, err := parseCPUTime(stat)
+	if err != nil || got != 3*time.Second {
+		t.Errorf("parseCPUTime = %v, %v; want 3s", got, err)
+	}
+	if _, err := parseCPUTime("garbage"); err == nil {
+		t.Error("parseCPUTime accepted a line without a command name")
+	}
+	before := cpuSample{"etcd": time.Second, "kube-apiserver": 2 * time.Second}
+	after := cpuSample{"etcd": 3 * time.Second, "kube-apiserver": 2 * time.Second, "network-apiserver": time.Second}
+	per := perOp(before, after, 1000)
+	if per["etcd"] != 2 || per["kube-apiserver"] != 0 || len(per) != 2 {
+		t.Errorf("perOp = %v, want etcd 2 ms and kube-apiserver 0 per op, network-apiserver (no baseline) left out", per)
+	}
+	if sum := cpuSum(per, "etcd", "kube-apiserver"); sum == nil || *sum != 2 {
+		t.Errorf("cpuSum = %v", sum)
+	}
+	if sum := cpuSum(per, "network-apiserver"); sum != nil {
+		t.Errorf("cpuSum of a missing process = %v, want nil", *sum)
 	}
 }

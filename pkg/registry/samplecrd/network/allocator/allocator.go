@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"strings"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -92,6 +93,53 @@ func (e *ExhaustedError) Error() string {
 type Allocator struct {
 	client *clientv3.Client
 	root   string
+	// seen remembers the ModRevision this allocator last saw at allocation keys (0: absent), as
+	// the first guess of the next guard that covers them. It is only a guess: the guard compares
+	// it with etcd, and a wrong guess costs one more round trip, never correctness. Without it,
+	// densely packed prefixes (a /28 next to another at a shorter prefix's start) would pay a
+	// failed transaction on every create.
+	seen revisions
+}
+
+// revisions is a bounded map of allocation keys to the ModRevision and prefix last seen there,
+// safe for concurrent use.
+type revisions struct {
+	mu sync.Mutex
+	m  map[string]seenAt
+}
+
+type seenAt struct {
+	rev    int64
+	prefix netip.Prefix
+}
+
+// maxSeen bounds the revisions remembered; past it the map starts again empty.
+const maxSeen = 1 << 16
+
+// guess returns the ModRevision to guard key with for a write of p: the one last seen there if
+// what was there does not overlap p, else 0 ("absent"), which fails if it is still there and so
+// makes the transaction read the truth. A ModRevision guard must never stand for an allocation
+// that overlaps p: it would let the write through.
+func (r *revisions) guess(key string, p netip.Prefix) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if at, ok := r.m[key]; ok && !at.prefix.Overlaps(p) {
+		return at.rev
+	}
+	return 0
+}
+
+func (r *revisions) set(key string, rev int64, p netip.Prefix) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil || len(r.m) >= maxSeen {
+		r.m = make(map[string]seenAt)
+	}
+	if rev == 0 {
+		delete(r.m, key)
+		return
+	}
+	r.m[key] = seenAt{rev: rev, prefix: p}
 }
 
 // New returns an allocator storing its keys under root (for example "/registry/samplecrd.k8s.io/allocations").
@@ -164,13 +212,14 @@ func (s span) reads() []clientv3.Op {
 	return ops
 }
 
-// conflict returns the overlap the reads of s show for al, or the ModRevision each container key
-// had (0: absent) when nothing overlaps.
-func (a *Allocator) conflict(al Allocation, s span, rs []*etcdserverpb.ResponseOp) ([]int64, error) {
+// conflict returns the overlap the reads of s show for al, or, when nothing overlaps, the
+// ModRevision each container key had (0: absent) and the prefix stored there.
+func (a *Allocator) conflict(al Allocation, s span, rs []*etcdserverpb.ResponseOp) ([]int64, []netip.Prefix, error) {
 	if inside := rs[0].GetResponseRange().Kvs; len(inside) > 0 {
-		return nil, a.overlapWith(al, inside[0])
+		return nil, nil, a.overlapWith(al, inside[0])
 	}
 	revs := make([]int64, len(s.containers))
+	prefixes := make([]netip.Prefix, len(s.containers))
 	for i := range s.containers {
 		kvs := rs[i+1].GetResponseRange().Kvs
 		if len(kvs) == 0 {
@@ -180,14 +229,14 @@ func (a *Allocator) conflict(al Allocation, s span, rs []*etcdserverpb.ResponseO
 		// 10.1.2.0/24); only one that contains p is a conflict.
 		_, other, err := decode(kvs[0].Value)
 		if err != nil {
-			return nil, fmt.Errorf("allocation %s is corrupt: %w", kvs[0].Key, err)
+			return nil, nil, fmt.Errorf("allocation %s is corrupt: %w", kvs[0].Key, err)
 		}
 		if other.Overlaps(al.Prefix) {
-			return nil, a.overlapWith(al, kvs[0])
+			return nil, nil, a.overlapWith(al, kvs[0])
 		}
-		revs[i] = kvs[0].ModRevision
+		revs[i], prefixes[i] = kvs[0].ModRevision, other
 	}
-	return revs, nil
+	return revs, prefixes, nil
 }
 
 func (a *Allocator) overlapWith(al Allocation, kv *mvccpb.KeyValue) error {
@@ -202,14 +251,18 @@ func (a *Allocator) overlapWith(al Allocation, kv *mvccpb.KeyValue) error {
 // nothing overlapping al is stored and the caller's compares hold. When the transaction fails,
 // its else branch returns the caller's probes and the guard's reads at the same revision: check
 // turns the probes into the caller's error, the reads tell an overlap from an allocation beside
-// al (the next attempt is then guarded by exactly what was read). The first attempt guesses that
-// no container key exists, which is the common case and costs one round trip in all.
+// al (the next attempt is then guarded by exactly what was read). The first attempt guesses the
+// container keys from what this allocator last saw of them (absent when it saw nothing), which
+// is right almost always and then costs one round trip in all.
 func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
 	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
 	s := a.spanOf(al.Scope, al.Prefix)
 	ops = append(ops, clientv3.OpPut(s.key, Value(al)))
 	elseOps := append(append([]clientv3.Op(nil), probes...), s.reads()...)
 	revs := make([]int64, len(s.containers))
+	for i, k := range s.containers {
+		revs[i] = a.seen.guess(k, al.Prefix)
+	}
 	for range maxAttempts {
 		guards := append(append([]clientv3.Cmp(nil), cmps...), clientv3.Compare(clientv3.Version(s.key).WithRange(s.end), "=", 0))
 		for i, k := range s.containers {
@@ -224,13 +277,18 @@ func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clie
 			return 0, err
 		}
 		if resp.Succeeded {
+			a.seen.set(s.key, resp.Header.Revision, al.Prefix)
 			return resp.Header.Revision, nil
 		}
 		if err := check(resp.Responses[:len(probes)]); err != nil {
 			return 0, err
 		}
-		if revs, err = a.conflict(al, s, resp.Responses[len(probes):]); err != nil {
+		var found []netip.Prefix
+		if revs, found, err = a.conflict(al, s, resp.Responses[len(probes):]); err != nil {
 			return 0, err
+		}
+		for i, k := range s.containers {
+			a.seen.set(k, revs[i], found[i])
 		}
 	}
 	return 0, fmt.Errorf("writing the allocation of %s: gave up after %d attempts lost to concurrent writes beside it", al.Prefix, maxAttempts)
@@ -260,7 +318,7 @@ func (a *Allocator) Check(ctx context.Context, al Allocation) error {
 	if err != nil {
 		return err
 	}
-	_, err = a.conflict(al, s, resp.Responses)
+	_, _, err = a.conflict(al, s, resp.Responses)
 	return err
 }
 
@@ -278,6 +336,9 @@ func (a *Allocator) Delete(ctx context.Context, objKey string, modRevision int64
 	resp, err := a.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(objKey), "=", modRevision)).Then(ops...).Commit()
 	if err != nil {
 		return false, 0, err
+	}
+	if resp.Succeeded && al != nil {
+		a.seen.set(a.Key(al.Scope, al.Prefix), 0, netip.Prefix{})
 	}
 	return resp.Succeeded, resp.Header.Revision, nil
 }

@@ -409,3 +409,32 @@ func TestRepairWritesAreGuarded(t *testing.T) {
 		t.Fatalf("corrupt records listed as %+v", stored)
 	}
 }
+
+// What an allocator remembers of a key is only a guess for its guard: a replica that changed the
+// key meanwhile makes the guess fail, never lets an overlap through.
+func TestStaleGuessesNeverLetAnOverlapThrough(t *testing.T) {
+	c := startEtcd(t)
+	a1, a2 := New(c, "/alloc"), New(c, "/alloc")
+	ctx := context.Background()
+	small := alloc("10.4.0.0/24", "small")
+	rev, err := a1.Create(ctx, "/obj/small", "small", small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a1 now guesses the key 10.4.0.0 holds small at rev; a2 replaces it with a /16.
+	if deleted, _, err := a2.Delete(ctx, "/obj/small", rev, &small); err != nil || !deleted {
+		t.Fatalf("delete through the other allocator: %v %v", deleted, err)
+	}
+	if err := create(ctx, a2, "10.4.0.0/16", "wide"); err != nil {
+		t.Fatal(err)
+	}
+	err = create(ctx, a1, "10.4.2.0/24", "inside")
+	var overlap *OverlapError
+	if !errors.As(err, &overlap) || overlap.Other.Owner != owner("wide") {
+		t.Fatalf("create inside the /16 through the allocator with the stale guess: %v, want an overlap with wide", err)
+	}
+	// And a guess of a key's own allocation never stands for an overlapping write.
+	if err := create(ctx, a2, "10.4.0.0/24", "same-start"); !errors.As(err, &overlap) {
+		t.Fatalf("create at wide's start through the allocator that wrote wide: %v, want an overlap", err)
+	}
+}
