@@ -207,10 +207,10 @@ func TestBadInputIsRejected(t *testing.T) {
 				o["spec"].(map[string]any)["gateway"] = "10.20.0.2"
 			}), wantCode: http.StatusConflict, wantReason: metav1.StatusReasonConflict},
 		{name: "update with a resourceVersion that is not a number", method: http.MethodPut, subpath: "/existing",
-			body: existingBody(func(o map[string]any) { o["metadata"].(map[string]any)["resourceVersion"] = "abc" }),
+			body:     existingBody(func(o map[string]any) { o["metadata"].(map[string]any)["resourceVersion"] = "abc" }),
 			wantCode: invalid, wantFields: []string{"metadata.resourceVersion"}},
 		{name: "status update with a resourceVersion that is not a number", method: http.MethodPut, subpath: "/existing/status",
-			body: existingBody(func(o map[string]any) { o["metadata"].(map[string]any)["resourceVersion"] = "abc" }),
+			body:     existingBody(func(o map[string]any) { o["metadata"].(map[string]any)["resourceVersion"] = "abc" }),
 			wantCode: invalid, wantFields: []string{"metadata.resourceVersion"}},
 		{name: "merge patch setting a resourceVersion that is not a number", method: http.MethodPatch, subpath: "/existing",
 			contentType: string(types.MergePatchType), body: []byte(`{"metadata":{"resourceVersion":"abc"}}`),
