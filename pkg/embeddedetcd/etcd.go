@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.uber.org/zap"
 	"k8s.io/klog/v2"
 )
@@ -68,4 +70,10 @@ func Start(ctx context.Context, dir string, port int) (*Etcd, error) {
 func (e *Etcd) Stop() {
 	e.logLevel.SetLevel(zap.FatalLevel)
 	e.etcd.Close()
+}
+
+// InProcessClient returns a client that calls the member directly, without gRPC, loopback TCP
+// or TLS: what the server's own hot path (every create and delete) uses in standalone mode.
+func (e *Etcd) InProcessClient() *clientv3.Client {
+	return v3client.New(e.etcd.Server)
 }

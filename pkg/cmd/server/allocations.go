@@ -63,8 +63,11 @@ func (o *Options) allocations() (*network.Allocations, *clientv3.Client, error) 
 		return nil, nil, err
 	}
 	storage := o.Recommended.Etcd.StorageConfig
-	client, err := newEtcdClient(storage.Transport)
-	if err != nil {
+	var client *clientv3.Client
+	if o.embedded != nil {
+		// The embedded member is in this process: creates and deletes call it directly.
+		client = o.embedded.InProcessClient()
+	} else if client, err = newEtcdClient(storage.Transport); err != nil {
 		return nil, nil, err
 	}
 	return &network.Allocations{

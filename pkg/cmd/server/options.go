@@ -29,6 +29,7 @@ import (
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver"
 	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
+	"github.com/samplecrd/network-apiserver/pkg/embeddedetcd"
 	generatedopenapi "github.com/samplecrd/network-apiserver/pkg/generated/openapi"
 	"github.com/samplecrd/network-apiserver/pkg/standaloneauth"
 )
@@ -65,6 +66,8 @@ type Options struct {
 
 	// admission is the admission options kept aside in standalone mode, where only our plugins run.
 	admission *genericoptions.AdmissionOptions
+	// embedded is the embedded etcd member while Run runs one.
+	embedded *embeddedetcd.Etcd
 	// etcdClients are closed when Run returns.
 	etcdClients []io.Closer
 }

@@ -54,6 +54,7 @@ func (o *Options) Run(ctx context.Context) error {
 			return err
 		}
 		defer etcd.Stop()
+		o.embedded = etcd
 		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{etcd.Endpoint}
 		// For etcdctl, and for a second replica sharing this etcd.
 		if err := os.WriteFile(filepath.Join(o.DataDir, "etcd.endpoint"), []byte(etcd.Endpoint+"\n"), 0o600); err != nil {
