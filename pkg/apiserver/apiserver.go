@@ -68,6 +68,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(samplecrd.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	group.NegotiatedSerializer = objectBodies{group.NegotiatedSerializer}
 	// Both versions share one storage (and so one watch cache): storage works on the internal
 	// version and the handlers convert.
 	for _, version := range []string{v1.SchemeGroupVersion.Version, v1beta1.SchemeGroupVersion.Version} {

@@ -132,7 +132,7 @@ type resourceVersionChecker struct {
 func (c resourceVersionChecker) UpdatedObject(ctx context.Context, oldObj runtime.Object) (runtime.Object, error) {
 	obj, err := c.UpdatedObjectInfo.UpdatedObject(ctx, oldObj)
 	if err != nil {
-		return obj, err
+		return obj, applySchemaError(err)
 	}
 	n, ok := obj.(*samplecrd.Network)
 	if !ok || n.ResourceVersion == "" {
