@@ -1,9 +1,12 @@
 package integration
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -153,5 +156,75 @@ func TestStatusNodesDeriveReadiness(t *testing.T) {
 	ready = meta.FindStatusCondition(upd.Status.Conditions, "Ready")
 	if upd.Generation != 2 || ready == nil || ready.Status != metav1.ConditionFalse || ready.ObservedGeneration != 2 {
 		t.Fatalf("after a spec change: generation %d Ready %+v, want 2 and False", upd.Generation, ready)
+	}
+}
+
+// Once a node has reported, the server derives status.observedGeneration; a write carrying a
+// negative one is still refused, because what the client sent is validated before the derivation.
+func TestStatusWriteWithNodesIsValidatedBeforeDerivation(t *testing.T) {
+	s := sharedServer(t)
+	ns := testNamespace(t)
+	ctx := testContext(t)
+	networks := jsonClient(t, s).SamplecrdV1().Networks(ns)
+
+	created, err := networks.Create(ctx, newNetwork("net-neg", "10.7.2.0/24", ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Status.Nodes = []v1.NetworkNodeStatus{{NodeName: "node-a", Ready: true, ObservedGeneration: 1}}
+	reported, err := networks.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	negative := reported.DeepCopy()
+	negative.Status.ObservedGeneration = -1
+	_, err = networks.UpdateStatus(ctx, negative, metav1.UpdateOptions{})
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("status write with observedGeneration -1 after a node reported: %v, want 422", err)
+	}
+	if !slices.ContainsFunc(err.(apierrors.APIStatus).Status().Details.Causes, func(c metav1.StatusCause) bool { return c.Field == "status.observedGeneration" }) {
+		t.Fatalf("error %v does not name status.observedGeneration", err)
+	}
+	got, err := networks.Get(ctx, "net-neg", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != reported.ResourceVersion {
+		t.Fatalf("the refused status write was stored: resourceVersion %s, want %s", got.ResourceVersion, reported.ResourceVersion)
+	}
+}
+
+// Server-side apply on /status records no managed fields for the metadata a status write throws
+// away (labels here), as kube's status strategies do.
+func TestStatusApplyOwnsNoResetMetadata(t *testing.T) {
+	s := sharedServer(t)
+	ns := testNamespace(t)
+	ctx := testContext(t)
+	networks := jsonClient(t, s).SamplecrdV1().Networks(ns)
+
+	if _, err := networks.Create(ctx, newNetwork("net-ssa-status", "10.7.3.0/24", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"apiVersion":"samplecrd.k8s.io/v1","kind":"Network","metadata":{"name":"net-ssa-status","labels":{"from":"status"}},` +
+		`"status":{"nodes":[{"nodeName":"node-a","ready":true,"observedGeneration":1}]}}`)
+	applied, err := networks.Patch(ctx, "net-ssa-status", types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: "node-a"}, "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := applied.Labels["from"]; ok {
+		t.Fatalf("a status apply set labels: %v", applied.Labels)
+	}
+	var owned string
+	for _, m := range applied.ManagedFields {
+		if m.Manager == "node-a" && m.Subresource == "status" && m.FieldsV1 != nil {
+			owned = string(m.FieldsV1.Raw)
+		}
+	}
+	if !strings.Contains(owned, `"f:nodes"`) {
+		t.Fatalf("node-a's managed fields %s do not hold its status.nodes entry", owned)
+	}
+	if strings.Contains(owned, `"f:labels"`) {
+		t.Errorf("node-a's managed fields %s hold metadata.labels, which the status write threw away", owned)
 	}
 }

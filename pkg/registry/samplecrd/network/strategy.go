@@ -26,12 +26,24 @@ import (
 // servedVersions are the API versions whose reset fields the strategies declare.
 var servedVersions = []fieldpath.APIVersion{"samplecrd.k8s.io/v1", "samplecrd.k8s.io/v1beta1"}
 
-func resetFields(path string) map[fieldpath.APIVersion]*fieldpath.Set {
+func resetFields(paths ...fieldpath.Path) map[fieldpath.APIVersion]*fieldpath.Set {
 	m := make(map[fieldpath.APIVersion]*fieldpath.Set, len(servedVersions))
 	for _, v := range servedVersions {
-		m[v] = fieldpath.NewSet(fieldpath.MakePathOrDie(path))
+		m[v] = fieldpath.NewSet(paths...)
 	}
 	return m
+}
+
+// statusResetPaths are what a status write throws away: the spec, and the metadata that
+// metav1.ResetObjectMetaForStatus restores from the stored object.
+var statusResetPaths = []fieldpath.Path{
+	fieldpath.MakePathOrDie("spec"),
+	fieldpath.MakePathOrDie("metadata", "labels"),
+	fieldpath.MakePathOrDie("metadata", "annotations"),
+	fieldpath.MakePathOrDie("metadata", "finalizers"),
+	fieldpath.MakePathOrDie("metadata", "ownerReferences"),
+	fieldpath.MakePathOrDie("metadata", "deletionTimestamp"),
+	fieldpath.MakePathOrDie("metadata", "generation"),
 }
 
 // networkStrategy holds the rules for writes to the main resource.
@@ -49,7 +61,7 @@ func (networkStrategy) NamespaceScoped() bool { return true }
 
 // GetResetFields says that writes to the main resource never set status, for server-side apply.
 func (networkStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return resetFields("status")
+	return resetFields(fieldpath.MakePathOrDie("status"))
 }
 
 // PrepareForCreate drops any status the client sent, starts the generation and defaults the gateway.
@@ -113,9 +125,10 @@ func NewStatusStrategy(typer runtime.ObjectTyper) rest.RESTUpdateStrategy {
 	return networkStatusStrategy{networkStrategy{typer, names.SimpleNameGenerator}}
 }
 
-// GetResetFields says that status writes never change spec, for server-side apply.
+// GetResetFields says that status writes never change spec or those metadata, for server-side
+// apply: it then records no managed fields for what the write threw away.
 func (networkStatusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return resetFields("spec")
+	return resetFields(statusResetPaths...)
 }
 
 // PrepareForUpdate keeps the stored spec and metadata: a status write changes status only.
@@ -123,7 +136,12 @@ func (networkStatusStrategy) PrepareForUpdate(_ context.Context, obj, old runtim
 	n, o := obj.(*samplecrd.Network), old.(*samplecrd.Network)
 	n.Spec = o.Spec
 	metav1.ResetObjectMetaForStatus(n, o)
-	deriveReadiness(n)
+}
+
+// Canonicalize derives observedGeneration and Ready from the node entries. It runs after
+// ValidateUpdate, so that what the client sent is validated before the server replaces it.
+func (networkStatusStrategy) Canonicalize(obj runtime.Object) {
+	deriveReadiness(obj.(*samplecrd.Network))
 }
 
 func (networkStatusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {

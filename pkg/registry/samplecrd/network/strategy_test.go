@@ -3,10 +3,12 @@ package network
 import (
 	"context"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -237,7 +239,15 @@ func TestGetResetFields(t *testing.T) {
 		want     *fieldpath.Set
 	}{
 		{"main resource resets status", NewStrategy(testScheme()).(rest.ResetFieldsStrategy), fieldpath.NewSet(fieldpath.MakePathOrDie("status"))},
-		{"status subresource resets spec", NewStatusStrategy(testScheme()).(rest.ResetFieldsStrategy), fieldpath.NewSet(fieldpath.MakePathOrDie("spec"))},
+		{"status subresource resets spec and the metadata it restores", NewStatusStrategy(testScheme()).(rest.ResetFieldsStrategy), fieldpath.NewSet(
+			fieldpath.MakePathOrDie("spec"),
+			fieldpath.MakePathOrDie("metadata", "labels"),
+			fieldpath.MakePathOrDie("metadata", "annotations"),
+			fieldpath.MakePathOrDie("metadata", "finalizers"),
+			fieldpath.MakePathOrDie("metadata", "ownerReferences"),
+			fieldpath.MakePathOrDie("metadata", "deletionTimestamp"),
+			fieldpath.MakePathOrDie("metadata", "generation"),
+		)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -289,6 +299,33 @@ func TestStrategyValidation(t *testing.T) {
 	statusWrite.Status.ObservedGeneration = -1
 	if errs := status.ValidateUpdate(ctx, statusWrite, old); len(errs) != 1 || errs[0].Field != "status.observedGeneration" {
 		t.Errorf("status ValidateUpdate = %v, want one error at status.observedGeneration", errs)
+	}
+}
+
+// A status write is validated as the client sent it, and only then are observedGeneration and
+// Ready derived from the node entries: a negative observedGeneration is refused even when the
+// derivation would have replaced it.
+func TestStatusWriteIsValidatedBeforeDerivation(t *testing.T) {
+	ctx := genericapirequest.WithNamespace(genericapirequest.NewContext(), "default")
+	old := storedNetwork()
+	old.Status.Nodes = []samplecrd.NetworkNodeStatus{{NodeName: "node-a", Ready: true, ObservedGeneration: old.Generation}}
+	status := NewStatusStrategy(testScheme())
+
+	negative := old.DeepCopy()
+	negative.Status.ObservedGeneration = -1
+	err := rest.BeforeUpdate(status, ctx, negative, old)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "status.observedGeneration") {
+		t.Fatalf("status write with observedGeneration -1 and node entries: %v, want Invalid naming status.observedGeneration", err)
+	}
+
+	good := old.DeepCopy()
+	good.Status.ObservedGeneration = 0
+	if err := rest.BeforeUpdate(status, ctx, good, old); err != nil {
+		t.Fatal(err)
+	}
+	if good.Status.ObservedGeneration != old.Generation || meta.FindStatusCondition(good.Status.Conditions, samplecrd.ConditionReady) == nil {
+		t.Errorf("after a valid status write: observedGeneration %d, conditions %v; want %d and a derived Ready",
+			good.Status.ObservedGeneration, good.Status.Conditions, old.Generation)
 	}
 }
 
