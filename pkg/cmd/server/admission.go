@@ -46,7 +46,8 @@ func (o *Options) ownNamespace() string {
 }
 
 // templateSource returns the file source when --network-template-file is set, else (attached) a
-// ConfigMap source whose informer is started by a post-start hook.
+// ConfigMap source whose informer is started by a post-start hook. The hook returns once the
+// informer has synced, so /readyz fails until then; creates meanwhile wait in the plugin.
 func (o *Options) templateSource(c *genericapiserver.RecommendedConfig) (networktemplate.Source, error) {
 	if o.TemplateFile != "" || c.ClientConfig == nil {
 		return &networktemplate.FileSource{Path: o.TemplateFile}, nil
@@ -61,6 +62,7 @@ func (o *Options) templateSource(c *genericapiserver.RecommendedConfig) (network
 	source := &networktemplate.ConfigMapSource{Namespace: ns, Lister: configMaps.Lister(), HasSynced: configMaps.Informer().HasSynced}
 	if err := c.AddPostStartHook("start-network-template-informer", func(hook genericapiserver.PostStartHookContext) error {
 		factory.Start(hook.Done())
+		factory.WaitForCacheSync(hook.Done())
 		return nil
 	}); err != nil {
 		return nil, err

@@ -72,8 +72,15 @@ type Plugin struct {
 
 var _ admission.MutationInterface = &Plugin{}
 
-// SetTemplateSource is called by the initializer.
-func (p *Plugin) SetTemplateSource(s Source) { p.source = s }
+// SetTemplateSource is called by the initializer. A source that fills a cache (the ConfigMap
+// informer) makes the plugin wait for it, so that no Network is admitted without the template
+// only because the cache was still empty.
+func (p *Plugin) SetTemplateSource(s Source) {
+	p.source = s
+	if syncing, ok := s.(SyncingSource); ok {
+		p.SetReadyFunc(syncing.Synced)
+	}
+}
 
 // SetScheme is called by the initializer; the scheme converts between internal and v1.
 func (p *Plugin) SetScheme(s *runtime.Scheme) { p.scheme = s }
@@ -94,6 +101,9 @@ func (p *Plugin) Admit(_ context.Context, a admission.Attributes, _ admission.Ob
 	n, ok := a.GetObject().(*samplecrd.Network)
 	if !ok || n.Annotations[OptOutAnnotation] == "false" {
 		return nil
+	}
+	if !p.WaitForReady() {
+		return admission.NewForbidden(a, errors.New("the network template is not loaded yet; try again"))
 	}
 	tmpl, err := p.source.Load()
 	if err != nil {

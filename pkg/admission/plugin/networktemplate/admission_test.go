@@ -3,14 +3,18 @@ package networktemplate
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver"
@@ -235,5 +239,30 @@ func TestAdmitTemplateWithoutGatewayOnAllocatedPrefix(t *testing.T) {
 	admCreate(t, p, n)
 	if n.Labels["team"] != "platform" || n.Spec.Gateway != "" || n.Spec.CIDR != "" || n.Spec.PrefixLength != 24 {
 		t.Fatalf("got labels %v spec %+v, want the template's label and the spec unchanged", n.Labels, n.Spec)
+	}
+}
+
+// While the ConfigMap informer syncs, a create waits for it and then gets the template; before,
+// it was admitted without the template for good.
+func TestAdmitWaitsForTheConfigMapInformer(t *testing.T) {
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	if err := indexer.Add(&corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "netops", Name: ConfigMapName, ResourceVersion: "1"},
+		Data:       map[string]string{ConfigMapKey: "metadata:\n  labels:\n    team: platform\n"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Not synced on the first two looks; synced from the third on.
+	var looks atomic.Int32
+	src := &ConfigMapSource{
+		Namespace: "netops",
+		Lister:    corev1listers.NewConfigMapLister(indexer),
+		HasSynced: func() bool { return looks.Add(1) > 2 },
+	}
+	p := admPlugin(t, src)
+	n := admNetwork("10.0.0.0/24", "", nil, nil)
+	admCreate(t, p, n)
+	if n.Labels["team"] != "platform" {
+		t.Fatalf("created while the informer synced: labels %v, want the template's team=platform", n.Labels)
 	}
 }

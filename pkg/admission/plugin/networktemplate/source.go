@@ -18,6 +18,13 @@ type Source interface {
 	Load() (*Template, error)
 }
 
+// SyncingSource is a Source backed by a cache that must sync before Load can be trusted.
+type SyncingSource interface {
+	Source
+	// Synced reports whether the cache has synced.
+	Synced() bool
+}
+
 // FileSource reads the template from a file, again whenever the file changes.
 type FileSource struct {
 	Path string
@@ -75,10 +82,15 @@ type ConfigMapSource struct {
 	err    error
 }
 
+var _ SyncingSource = &ConfigMapSource{}
+
+// Synced reports whether the informer behind Lister has synced.
+func (s *ConfigMapSource) Synced() bool { return s.HasSynced == nil || s.HasSynced() }
+
 // Load returns the parsed ConfigMap, parsing again only when its resourceVersion changed. A
 // missing ConfigMap means no template.
 func (s *ConfigMapSource) Load() (*Template, error) {
-	if s.HasSynced != nil && !s.HasSynced() {
+	if !s.Synced() {
 		return nil, fmt.Errorf("the ConfigMap informer for %s/%s has not synced yet", s.Namespace, ConfigMapName)
 	}
 	cm, err := s.Lister.ConfigMaps(s.Namespace).Get(ConfigMapName)
