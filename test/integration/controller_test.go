@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -220,4 +221,32 @@ func mustLink(t *testing.T, ns *netnstest.NS, name string) netlink.Link {
 		t.Fatalf("link %s: %v", name, err)
 	}
 	return l
+}
+
+// A bundled controller that fails (here: its --backend-netns does not exist) fails /livez, rather
+// than leaving the server looking healthy with only a log line to tell; /readyz stays ok, so the
+// API is still served.
+func TestFailedControllerFailsLivez(t *testing.T) {
+	dir := t.TempDir()
+	s := framework.StartForTest(t, "--controllers=true", "--node-name", "node-it",
+		"--backend-netns", filepath.Join(dir, "no-such-netns"), "--cni-conf-dir", filepath.Join(dir, "cni"))
+	client := httpClient(t, s)
+	var body string
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		resp := doRaw(t, client, http.MethodGet, s.URL+"/livez/network-controller", "", "", nil)
+		body = string(resp.Body)
+		return resp.Code == http.StatusInternalServerError, nil
+	})
+	if err != nil {
+		t.Fatalf("/livez/network-controller never failed: %v; last answer %q", err, body)
+	}
+	if resp := doRaw(t, client, http.MethodGet, s.URL+"/livez", "", "", nil); resp.Code != http.StatusInternalServerError {
+		t.Errorf("/livez answered %d with a failed controller, want 500: %s", resp.Code, resp.Body)
+	}
+	if resp := doRaw(t, client, http.MethodGet, s.URL+"/readyz", "", "", nil); resp.Code != http.StatusOK {
+		t.Errorf("/readyz answered %d with a failed controller, want 200 (the API is still served): %s", resp.Code, resp.Body)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cni")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the failed controller created its CNI directory (%v)", err)
+	}
 }

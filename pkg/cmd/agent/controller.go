@@ -6,7 +6,9 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -99,6 +101,8 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, events
 	if err != nil {
 		return fmt.Errorf("network backend: %w", err)
 	}
+	// Deferred first, so run last: after the informers, and after controller.Run has waited
+	// for everything that uses the backend.
 	defer backend.Close()
 
 	opts := networkcontroller.Options{NodeName: c.NodeName, GCInterval: c.GCInterval}
@@ -118,11 +122,60 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, events
 	return controller.Run(ctx, c.Workers)
 }
 
-// RunInBackground starts the controller and logs, rather than crashes on, its failure.
-func (c *ControllerOptions) RunInBackground(ctx context.Context, config *rest.Config, events kubernetes.Interface) {
+// Background is the controller run inside the server. It is a health check that fails once the
+// controller has stopped with an error, so that a failed controller shows in /livez rather than
+// only in the log, and the server waits for it at shutdown.
+type Background struct {
+	options *ControllerOptions
+
+	mu   sync.Mutex
+	done chan struct{}
+	err  error
+}
+
+// NewBackground returns the controller to run in the background with options c.
+func (c *ControllerOptions) NewBackground() *Background {
+	return &Background{options: c}
+}
+
+// Start runs the controller until ctx is done; a failure is logged and turns the check failing.
+func (b *Background) Start(ctx context.Context, config *rest.Config, events kubernetes.Interface) {
+	done := make(chan struct{})
+	b.mu.Lock()
+	b.done = done
+	b.mu.Unlock()
 	go func() {
-		if err := c.Run(ctx, config, events); err != nil {
-			klog.ErrorS(err, "The Network controller stopped")
+		defer close(done)
+		err := b.options.Run(ctx, config, events)
+		if err == nil || ctx.Err() != nil {
+			return // stopped because the server stops
 		}
+		klog.ErrorS(err, "The Network controller stopped")
+		b.mu.Lock()
+		b.err = err
+		b.mu.Unlock()
 	}()
+}
+
+// Wait returns once a started controller has stopped.
+func (b *Background) Wait() {
+	b.mu.Lock()
+	done := b.done
+	b.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// Name is the health check's name: /livez/network-controller.
+func (b *Background) Name() string { return "network-controller" }
+
+// Check fails once the controller has stopped with an error.
+func (b *Background) Check(*http.Request) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return fmt.Errorf("the Network controller stopped: %w", b.err)
+	}
+	return nil
 }

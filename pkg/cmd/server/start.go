@@ -83,10 +83,20 @@ func (o *Options) Run(ctx context.Context) error {
 				return err
 			}
 		}
+		// A controller that fails fails /livez: the process no longer does one of its jobs and
+		// will not recover by itself, so an orchestrator should restart it and a person see it.
+		// /readyz is left alone, so a broken node controller does not stop the API being served.
+		controller := o.Controller.NewBackground()
+		if err := server.GenericAPIServer.AddLivezChecks(0, controller); err != nil {
+			return err
+		}
 		server.GenericAPIServer.AddPostStartHookOrDie("start-network-controller", func(hook genericapiserver.PostStartHookContext) error {
-			o.Controller.RunInBackground(hook, hook.LoopbackClientConfig, events)
+			controller.Start(hook, hook.LoopbackClientConfig, events)
 			return nil
 		})
+		// After the server has stopped (and before the embedded etcd does), wait for the
+		// controller, so that it has closed its backend when Run returns.
+		defer controller.Wait()
 	}
 	if o.Standalone {
 		server.GenericAPIServer.AddPostStartHookOrDie("write-admin-kubeconfig", func(genericapiserver.PostStartHookContext) error {

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -99,7 +100,9 @@ func (c *Controller) enqueue(obj interface{}) {
 	c.queue.Add(key)
 }
 
-// Run waits for the cache, collects orphans, then reconciles with workers until ctx is done.
+// Run waits for the cache, then runs the node watch, orphan collection (at start and every
+// GCInterval) and the workers side by side until ctx is done. It returns only once all of them
+// have stopped, so that the caller may close the backend.
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
@@ -108,18 +111,22 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		return fmt.Errorf("network informer did not sync")
 	}
+	var running sync.WaitGroup
 	// Drift on the node (a bridge deleted or changed by hand) is noticed at once, not at resync.
-	go func() {
+	running.Go(func() {
 		if err := c.backend.Watch(ctx, c.queue.Add); err != nil && ctx.Err() == nil {
 			logger.Error(err, "Watching the node's networks stopped; drift is repaired at resync only")
 		}
-	}()
-	go wait.UntilWithContext(ctx, c.collectGarbage, c.opts.GCInterval)
+	})
+	running.Go(func() { wait.UntilWithContext(ctx, c.collectGarbage, c.opts.GCInterval) })
 	for range workers {
-		go wait.UntilWithContext(ctx, c.runWorker, time.Second)
+		running.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
 	}
 	<-ctx.Done()
 	logger.Info("Stopping network controller")
+	// Workers blocked in Get return once the queue is shut down.
+	c.queue.ShutDown()
+	running.Wait()
 	return nil
 }
 

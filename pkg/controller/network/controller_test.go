@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"sync"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clienttesting "k8s.io/client-go/testing"
@@ -264,5 +266,112 @@ func TestInterfaceNotOursIsReported(t *testing.T) {
 	}
 	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Ready || applied[0].Reason != netbackend.ReasonNotOurs {
 		t.Fatalf("status with a foreign interface: %+v", applied)
+	}
+}
+
+// closeCheckingBackend records any use of the backend, a watch included, that is still under way
+// or starts once the backend has been closed.
+type closeCheckingBackend struct {
+	*memory.Backend
+	mu       sync.Mutex
+	inUse    int
+	closed   bool
+	misuses  []string
+	realised chan struct{}
+	once     sync.Once
+	closedCh chan struct{}
+}
+
+func (b *closeCheckingBackend) enter(what string) func() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		b.misuses = append(b.misuses, what+" after Close")
+	}
+	b.inUse++
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.inUse--
+		if b.closed {
+			b.misuses = append(b.misuses, what+" still running at Close")
+		}
+	}
+}
+
+func (b *closeCheckingBackend) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	close(b.closedCh)
+}
+
+func (b *closeCheckingBackend) Observe(ctx context.Context, key string) (*netbackend.Actual, error) {
+	defer b.enter("Observe")()
+	return b.Backend.Observe(ctx, key)
+}
+
+func (b *closeCheckingBackend) Ensure(ctx context.Context, d netbackend.Desired) ([]string, error) {
+	defer b.enter("Ensure")()
+	changes, err := b.Backend.Ensure(ctx, d)
+	b.once.Do(func() { close(b.realised) })
+	return changes, err
+}
+
+func (b *closeCheckingBackend) List(ctx context.Context) ([]string, error) {
+	defer b.enter("List")()
+	return b.Backend.List(ctx)
+}
+
+// Watch, like a netlink watch tearing down its subscription, takes a while to return once ctx is
+// done: until the backend is closed, or at most a second. A Run that returned early is caught
+// closing the backend under it every time, not only when the scheduler happens to show it.
+func (b *closeCheckingBackend) Watch(ctx context.Context, notify func(string)) error {
+	defer b.enter("Watch")()
+	err := b.Backend.Watch(ctx, notify)
+	select {
+	case <-b.closedCh:
+	case <-time.After(time.Second):
+	}
+	return err
+}
+
+// Run returns only once the goroutines it started (node watch, orphan collection, workers) have
+// stopped, so that its caller can close the backend right after it (run under -race too).
+func TestRunWaitsForItsGoroutinesBeforeReturning(t *testing.T) {
+	client := fake.NewClientset(network("net-a", "10.0.0.0/24", "10.0.0.1", 1))
+	factory := externalversions.NewSharedInformerFactory(client, 0)
+	backend := &closeCheckingBackend{Backend: memory.New(), realised: make(chan struct{}), closedCh: make(chan struct{})}
+	c, err := New(client, factory.Samplecrd().V1().Networks(), backend, Options{NodeName: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+
+	done := make(chan error, 1)
+	go func() {
+		err := c.Run(ctx, 2)
+		backend.Close() // what the agent does once Run returns
+		done <- err
+	}()
+	if err := backend.WaitForWatchers(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-backend.realised:
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	backend.mu.Lock()
+	defer backend.mu.Unlock()
+	if len(backend.misuses) > 0 || backend.inUse != 0 {
+		t.Fatalf("Run returned while the backend was in use: %v (%d calls under way)", backend.misuses, backend.inUse)
 	}
 }
