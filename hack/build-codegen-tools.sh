@@ -15,4 +15,5 @@ go build -C "${ROOT}/hack/tools" -o "${out}/" \
   k8s.io/code-generator/cmd/go-to-protobuf/protoc-gen-gogo \
   k8s.io/code-generator/cmd/informer-gen \
   k8s.io/code-generator/cmd/lister-gen \
+  k8s.io/code-generator/cmd/prerelease-lifecycle-gen \
   k8s.io/kube-openapi/cmd/openapi-gen

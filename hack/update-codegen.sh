@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Regenerates every generated file: deepcopy, protobuf, defaulters, conversions, OpenAPI, and the
-# typed clientset, listers, informers and apply-configurations. The only way generated code changes.
+# Regenerates every generated file: deepcopy, protobuf, defaulters, conversions, API lifecycle
+# (v1beta1's deprecation), OpenAPI, and the typed clientset, listers, informers and
+# apply-configurations. The only way generated code changes.
 set -o errexit -o nounset -o pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
@@ -43,6 +44,12 @@ go-to-protobuf \
 echo "defaulters and conversions"
 defaulter-gen --go-header-file "${HEADER}" --output-file zz_generated.defaults.go $(pkgs "${VERSIONED[@]}")
 conversion-gen --go-header-file "${HEADER}" --output-file zz_generated.conversion.go $(pkgs "${VERSIONED[@]}")
+
+echo "API lifecycle"
+# v1beta1's Network says when it was deprecated and what replaces it; the generic apiserver then
+# sends clients the Kubernetes deprecation Warning header.
+prerelease-lifecycle-gen --go-header-file "${HEADER}" --output-file zz_generated.prerelease-lifecycle.go \
+  $(pkgs pkg/apis/samplecrd/v1beta1)
 
 echo "openapi"
 rm -rf pkg/generated

@@ -70,12 +70,14 @@ func (c CompletedConfig) New() (*Server, error) {
 	group := genericapiserver.NewDefaultAPIGroupInfo(samplecrd.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	group.NegotiatedSerializer = objectBodies{group.NegotiatedSerializer}
 	// Both versions share one storage (and so one watch cache): storage works on the internal
-	// version and the handlers convert.
-	for _, version := range []string{v1.SchemeGroupVersion.Version, v1beta1.SchemeGroupVersion.Version} {
-		group.VersionedResourcesStorageMap[version] = map[string]rest.Storage{
-			"networks":        networks,
-			"networks/status": status,
-		}
+	// version and the handlers convert. v1beta1's errors name its own spec fields.
+	group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version] = map[string]rest.Storage{
+		"networks":        networks,
+		"networks/status": status,
+	}
+	group.VersionedResourcesStorageMap[v1beta1.SchemeGroupVersion.Version] = map[string]rest.Storage{
+		"networks":        &v1beta1Networks{networks},
+		"networks/status": status,
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, err

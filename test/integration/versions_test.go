@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,6 +228,106 @@ func TestDiscovery(t *testing.T) {
 			slices.Sort(verbs)
 			if !status.Namespaced || status.Kind != "Network" || !slices.Equal(verbs, []string{"get", "patch", "update"}) {
 				t.Fatalf("networks/status resource %+v, want namespaced Network with get, patch, update", status)
+			}
+		})
+	}
+}
+
+// v1beta1 is deprecated the Kubernetes way: every v1beta1 request gets a Warning header naming
+// the replacement; v1 requests get none.
+func TestV1beta1IsDeprecated(t *testing.T) {
+	s := sharedServer(t)
+	ns := testNamespace(t)
+	client := httpClient(t, s)
+	const want = "samplecrd.k8s.io/v1beta1 Network is deprecated"
+	const replacement = "use samplecrd.k8s.io/v1 Network"
+
+	body, err := json.Marshal(betaNetwork("old", "10.8.9.0/24", "").Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []struct{ method, url string }{
+		{http.MethodPost, networksURL(s, "v1beta1", ns)},
+		{http.MethodGet, networksURL(s, "v1beta1", ns)},
+		{http.MethodGet, networksURL(s, "v1beta1", ns) + "/old"},
+	} {
+		var reqBody []byte
+		if req.method == http.MethodPost {
+			reqBody = body
+		}
+		resp := doRaw(t, client, req.method, req.url, contentTypeJSON, contentTypeJSON, reqBody)
+		if resp.Code >= 300 {
+			t.Fatalf("%s %s: %d %s", req.method, req.url, resp.Code, resp.Body)
+		}
+		warnings := strings.Join(resp.Header.Values("Warning"), "\n")
+		if !strings.Contains(warnings, want) || !strings.Contains(warnings, replacement) {
+			t.Errorf("%s %s: Warning headers %q, want one saying %q and %q", req.method, req.url, warnings, want, replacement)
+		}
+	}
+	resp := doRaw(t, client, http.MethodGet, networksURL(s, "v1", ns), "", contentTypeJSON, nil)
+	if w := resp.Header.Values("Warning"); resp.Code != http.StatusOK || len(w) != 0 {
+		t.Errorf("v1 list: %d with Warning headers %q, want 200 and none", resp.Code, w)
+	}
+}
+
+// Validation errors answer v1beta1 clients in v1beta1's field names (spec.subnet, spec.gatewayIP),
+// whether they come from validation or from the create path's overlap check.
+func TestV1beta1ErrorsNameV1beta1Fields(t *testing.T) {
+	s := sharedServer(t)
+	ns := testNamespace(t)
+	ctx := testContext(t)
+	client := httpClient(t, s)
+	if _, err := jsonClient(t, s).SamplecrdV1().Networks(ns).Create(ctx, newNetwork("taken", "10.8.20.0/24", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	body := func(name, subnet, gatewayIP string) []byte {
+		b, err := json.Marshal(betaNetwork(name, subnet, gatewayIP).Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name, method, subpath, contentType string
+		body                               []byte
+		wantFields                         []string
+		wantMessage                        string
+	}{
+		{name: "host bits set", body: body("bad", "10.8.21.1/24", ""), wantFields: []string{"spec.subnet"}},
+		{name: "gateway outside", body: body("bad", "10.8.21.0/24", "10.8.22.1"), wantFields: []string{"spec.gatewayIP"},
+			wantMessage: "must be inside spec.subnet 10.8.21.0/24"},
+		{name: "both bad", body: body("bad", "nope", "nope-either"), wantFields: []string{"spec.subnet", "spec.gatewayIP"}},
+		{name: "overlap", body: body("bad", "10.8.20.128/25", ""), wantFields: []string{"spec.subnet"}},
+		{name: "apply changing the subnet", method: http.MethodPatch, subpath: "/taken?fieldManager=beta&force=true", contentType: "application/apply-patch+yaml",
+			body:       []byte("apiVersion: samplecrd.k8s.io/v1beta1\nkind: Network\nmetadata:\n  name: taken\nspec:\n  subnet: 10.8.23.0/24\n"),
+			wantFields: []string{"spec.subnet"}, wantMessage: "immutable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method, contentType := tc.method, tc.contentType
+			if method == "" {
+				method = http.MethodPost
+			}
+			if contentType == "" {
+				contentType = contentTypeJSON
+			}
+			resp := doRaw(t, client, method, networksURL(s, "v1beta1", ns)+tc.subpath, contentType, contentTypeJSON, tc.body)
+			if resp.Code != http.StatusUnprocessableEntity {
+				t.Fatalf("status %d, want 422: %s", resp.Code, resp.Body)
+			}
+			st := decodeStatus(t, resp.Body)
+			var fields []string
+			if st.Details != nil {
+				for _, c := range st.Details.Causes {
+					fields = append(fields, c.Field)
+				}
+			}
+			for _, f := range tc.wantFields {
+				if !slices.Contains(fields, f) {
+					t.Errorf("causes name %v, want %s among them (%s)", fields, f, st.Message)
+				}
+			}
+			if strings.Contains(st.Message, "spec.cidr") || strings.Contains(st.Message, "spec.gateway:") || !strings.Contains(st.Message, tc.wantMessage) {
+				t.Errorf("message %q names v1 fields or lacks %q", st.Message, tc.wantMessage)
 			}
 		})
 	}

@@ -305,7 +305,7 @@ func schema_pkg_apis_samplecrd_v1_NetworkStatus(ref common.ReferenceCallback) co
 				Properties: map[string]spec.Schema{
 					"observedGeneration": {
 						SchemaProps: spec.SchemaProps{
-							Description: "ObservedGeneration is the metadata.generation the status was computed for.",
+							Description: "ObservedGeneration is the metadata.generation the status was computed for; with entries in nodes, the lowest generation a node has acted on.",
 							Type:        []string{"integer"},
 							Format:      "int64",
 						},
@@ -322,7 +322,7 @@ func schema_pkg_apis_samplecrd_v1_NetworkStatus(ref common.ReferenceCallback) co
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Conditions describe the network's state. The \"Ready\" condition is true when the network is realised on the node.",
+							Description: "Conditions describe the network's state. The \"Ready\" condition is true when the network is realised at the current generation on every node in nodes.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -565,7 +565,7 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkStatus(ref common.ReferenceCallbac
 				Properties: map[string]spec.Schema{
 					"observedGeneration": {
 						SchemaProps: spec.SchemaProps{
-							Description: "ObservedGeneration is the metadata.generation the status was computed for.",
+							Description: "ObservedGeneration is the metadata.generation the status was computed for; with entries in nodes, the lowest generation a node has acted on.",
 							Type:        []string{"integer"},
 							Format:      "int64",
 						},
@@ -582,7 +582,7 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkStatus(ref common.ReferenceCallbac
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Conditions describe the network's state; \"Ready\" is true when the network is realised.",
+							Description: "Conditions describe the network's state; \"Ready\" is true when the network is realised at the current generation on every node in nodes.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

@@ -43,11 +43,12 @@ type NetworkSpec struct {
 
 // NetworkStatus is the observed state of a Network.
 type NetworkStatus struct {
-	// ObservedGeneration is the metadata.generation the status was computed for.
+	// ObservedGeneration is the metadata.generation the status was computed for; with entries in
+	// nodes, the lowest generation a node has acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// Conditions describe the network's state. The "Ready" condition is true when the network
-	// is realised on the node.
+	// is realised at the current generation on every node in nodes.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -1,6 +1,8 @@
 package v1beta1
 
 import (
+	"regexp"
+
 	"k8s.io/apimachinery/pkg/conversion"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
@@ -20,4 +22,18 @@ func Convert_samplecrd_NetworkSpec_To_v1beta1_NetworkSpec(in *samplecrd.NetworkS
 	out.GatewayIP = in.Gateway
 	out.PrefixLength = in.PrefixLength
 	return nil
+}
+
+// renamedSpecFields matches the super version's spec field paths whose v1beta1 names differ; a
+// path in the middle of a longer name (spec.gatewayIP) does not match.
+var renamedSpecFields = regexp.MustCompile(`\bspec\.(cidr|gateway)\b`)
+
+// v1beta1SpecFields are the v1beta1 names of the renamed spec fields, as the conversions above map them.
+var v1beta1SpecFields = map[string]string{"spec.cidr": "spec.subnet", "spec.gateway": "spec.gatewayIP"}
+
+// FieldPathsToV1beta1 rewrites the super version's spec field paths in s, a field path or an
+// error message, to their v1beta1 names, so that v1beta1 clients read errors about the fields
+// they sent.
+func FieldPathsToV1beta1(s string) string {
+	return renamedSpecFields.ReplaceAllStringFunc(s, func(path string) string { return v1beta1SpecFields[path] })
 }

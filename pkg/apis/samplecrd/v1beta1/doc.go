@@ -2,9 +2,12 @@
 // +k8s:deepcopy-gen=package
 // +k8s:conversion-gen=github.com/samplecrd/network-apiserver/pkg/apis/samplecrd
 // +k8s:defaulter-gen=TypeMeta
+// +k8s:prerelease-lifecycle-gen=true
 // +groupName=samplecrd.k8s.io
 // +k8s:openapi-model-package=com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1beta1
 
-// Package v1beta1 is the first version of samplecrd.k8s.io, kept served for old clients. Its spec
-// names the prefix "subnet" and the gateway "gatewayIP"; hand-written conversions map them.
+// Package v1beta1 is the first version of samplecrd.k8s.io, kept served for old clients and
+// deprecated: its clients get a Warning header naming samplecrd.k8s.io/v1 (the lifecycle tags on
+// its types). Its spec names the prefix "subnet" and the gateway "gatewayIP"; hand-written
+// conversions map them, and validation errors name them (FieldPathsToV1beta1).
 package v1beta1

@@ -4,6 +4,9 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +k8s:prerelease-lifecycle-gen:introduced=1.37
+// +k8s:prerelease-lifecycle-gen:deprecated=1.37
+// +k8s:prerelease-lifecycle-gen:replacement=samplecrd.k8s.io,v1,Network
 
 // Network is an IP network (a subnet and its gateway). Deprecated layout: use samplecrd.k8s.io/v1.
 type Network struct {
@@ -38,10 +41,12 @@ type NetworkSpec struct {
 
 // NetworkStatus is the observed state of a Network.
 type NetworkStatus struct {
-	// ObservedGeneration is the metadata.generation the status was computed for.
+	// ObservedGeneration is the metadata.generation the status was computed for; with entries in
+	// nodes, the lowest generation a node has acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
-	// Conditions describe the network's state; "Ready" is true when the network is realised.
+	// Conditions describe the network's state; "Ready" is true when the network is realised at
+	// the current generation on every node in nodes.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -81,6 +86,9 @@ type NetworkNodeStatus struct {
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +k8s:prerelease-lifecycle-gen:introduced=1.37
+// +k8s:prerelease-lifecycle-gen:deprecated=1.37
+// +k8s:prerelease-lifecycle-gen:replacement=samplecrd.k8s.io,v1,NetworkList
 
 // NetworkList is a list of Networks.
 type NetworkList struct {

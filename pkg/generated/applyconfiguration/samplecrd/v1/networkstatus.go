@@ -27,10 +27,11 @@ import (
 //
 // NetworkStatus is the observed state of a Network.
 type NetworkStatusApplyConfiguration struct {
-	// ObservedGeneration is the metadata.generation the status was computed for.
+	// ObservedGeneration is the metadata.generation the status was computed for; with entries in
+	// nodes, the lowest generation a node has acted on.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// Conditions describe the network's state. The "Ready" condition is true when the network
-	// is realised on the node.
+	// is realised at the current generation on every node in nodes.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// Nodes holds one entry per node whose controller realises the Network; each node's
 	// controller owns its own entry (server-side apply with a field manager per node). When
