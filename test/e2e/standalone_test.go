@@ -127,6 +127,19 @@ func (s *standalone) kubectl(t *testing.T, args ...string) string {
 	return out
 }
 
+// kubectlSplit runs the pinned kubectl and returns its standard output and error apart.
+func (s *standalone) kubectlSplit(t *testing.T, args ...string) (string, string) {
+	t.Helper()
+	cmd := exec.Command(os.Getenv("E2E_KUBECTL"), append([]string{"--kubeconfig", s.kubeconfig}, args...)...)
+	cmd.Dir = repoRoot
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), stderr.String()
+}
+
 func (s *standalone) kubectlErr(args ...string) (string, error) {
 	cmd := exec.Command(os.Getenv("E2E_KUBECTL"), append([]string{"--kubeconfig", s.kubeconfig}, args...)...)
 	cmd.Dir = repoRoot
@@ -175,8 +188,13 @@ func TestStandaloneWithKubectl(t *testing.T) {
 	if out := s.kubectl(t, "get", "networks.v1.samplecrd.k8s.io", "legacy", "-o", "jsonpath={.spec.cidr} {.spec.gateway}"); out != "10.11.0.0/24 10.11.0.254" {
 		t.Errorf("v1beta1 Network read through v1: %q", out)
 	}
-	if out := s.kubectl(t, "get", "networks.v1beta1.samplecrd.k8s.io", "backend", "-o", "jsonpath={.spec.subnet} {.spec.gatewayIP}"); out != "10.10.0.0/24 10.10.0.1" {
+	// kubectl prints v1beta1's deprecation warning on stderr.
+	out, warnings := s.kubectlSplit(t, "get", "networks.v1beta1.samplecrd.k8s.io", "backend", "-o", "jsonpath={.spec.subnet} {.spec.gatewayIP}")
+	if out != "10.10.0.0/24 10.10.0.1" {
 		t.Errorf("v1 Network read through v1beta1: %q", out)
+	}
+	if !strings.Contains(warnings, "samplecrd.k8s.io/v1beta1 Network is deprecated") {
+		t.Errorf("kubectl printed no deprecation warning for v1beta1: %q", warnings)
 	}
 	// Bad input: a clear error, nothing stored.
 	bad := `{"apiVersion":"samplecrd.k8s.io/v1","kind":"Network","metadata":{"name":"bad"},"spec":{"cidr":"192.168.0.1/16"}}`
