@@ -231,5 +231,6 @@ func alcV1beta1(t *testing.T, cfg *rest.Config, c *versioned.Clientset) {
 		"metadata":   map[string]any{"name": "bad-beta"},
 		"spec":       map[string]any{"subnet": "192.168.41.0/24", "prefixLength": int64(25)},
 	}}, metav1.CreateOptions{})
-	ovlExpectInvalid(t, err, "spec.prefixLength", "must equal the length of spec.cidr 192.168.41.0/24")
+	// Errors name v1beta1's fields for a v1beta1 client.
+	ovlExpectInvalid(t, err, "spec.prefixLength", "must equal the length of spec.subnet 192.168.41.0/24")
 }
