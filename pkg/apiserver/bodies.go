@@ -37,7 +37,7 @@ func (d nonNullDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, i
 }
 
 // isNull says whether data is a JSON or YAML null. An empty body is left to the decoders, which
-// already refuse it.
+// already refuse it; so is a long one, which is not worth converting from YAML to find out.
 func isNull(data []byte) bool {
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || len(data) > 64 {
