@@ -4,8 +4,13 @@ GO ?= go
 BIN := $(CURDIR)/_output/bin
 DATA_DIR ?= $(CURDIR)/.data
 PORT ?= 8443
-# e.g. CONTROLLER_FLAGS=--controllers=false, or --backend-netns=/var/run/netns/demo --cni-conf-dir=/tmp/cni
+# make run confines the controller to the network namespace DEMO_NETNS, made for the run and
+# deleted after it, with its CNI configuration lists in $(DATA_DIR)/cni/net.d (hack/run.sh).
+# CONTROLLER_FLAGS are added last, e.g. CONTROLLER_FLAGS=--controllers=false (the API alone).
 CONTROLLER_FLAGS ?=
+DEMO_NETNS ?= network-apiserver-demo
+# UNSAFE_HOST_NETWORK=1: the controller acts on this machine's own network and /etc/cni/net.d.
+UNSAFE_HOST_NETWORK ?=
 LOCAL_CLUSTER_DIR ?= $(CURDIR)/_output/local-cluster
 # make bench: extra flags (go run ./test/bench -h lists them); PROFILE=1 adds CPU and heap profiles
 BENCH_FLAGS ?=
@@ -33,11 +38,13 @@ build:
 tools:
 	hack/build-tools.sh
 
-## run: the server with embedded etcd on 127.0.0.1:$(PORT), data in $(DATA_DIR); prints the kubectl line
+## run: the server with embedded etcd on 127.0.0.1:$(PORT), data in $(DATA_DIR), its controller in
+## the network namespace $(DEMO_NETNS) (root; without root the API alone); prints the kubectl line
 run: build
 	hack/build-tools.sh kubectl
 	@echo "kubectl v1.37.2 is at $(BIN)/kubectl (export PATH=$(BIN):\$$PATH)"
-	$(BIN)/network-apiserver --data-dir $(DATA_DIR) --bind-address 127.0.0.1 --secure-port $(PORT) $(CONTROLLER_FLAGS)
+	@BIN='$(BIN)' DATA_DIR='$(DATA_DIR)' PORT='$(PORT)' CONTROLLER_FLAGS='$(CONTROLLER_FLAGS)' \
+	  DEMO_NETNS='$(DEMO_NETNS)' UNSAFE_HOST_NETWORK='$(UNSAFE_HOST_NETWORK)' exec hack/run.sh
 
 ## cluster-up: etcd, kube-apiserver and network-apiserver behind its aggregation layer, on loopback,
 ## state in $(LOCAL_CLUSTER_DIR) (hack/local-up-cluster.sh lists the ports)
@@ -65,6 +72,7 @@ test-integration:
 ## long on a 2-core machine; later runs reuse them). etcdctl too: the local cluster uses it.
 test-e2e: build
 	hack/build-tools.sh
+	hack/install-deps.sh netns
 	$(GO) test $(GO_TEST_FLAGS) ./test/e2e/...
 
 ## test-bench-quick: the bench's own tests, then its -quick mode once (a minute or two). It fails

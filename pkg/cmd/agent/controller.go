@@ -90,10 +90,7 @@ func (c *ControllerOptions) Validate() []error {
 // Run runs the controller against the API at config until ctx is done. With events, it records
 // Kubernetes Events on Networks through that core API client.
 func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, events kubernetes.Interface) error {
-	config = rest.CopyConfig(config)
-	config.ContentType = runtime.ContentTypeProtobuf
-	config.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
-	client, err := versioned.NewForConfig(config)
+	client, err := versioned.NewForConfig(protobufConfig(config))
 	if err != nil {
 		return err
 	}
@@ -122,6 +119,14 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, events
 	return controller.Run(ctx, c.Workers)
 }
 
+// protobufConfig is config speaking protobuf.
+func protobufConfig(config *rest.Config) *rest.Config {
+	config = rest.CopyConfig(config)
+	config.ContentType = runtime.ContentTypeProtobuf
+	config.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return config
+}
+
 // Background is the controller run inside the server. It is a health check that fails once the
 // controller has stopped with an error, so that a failed controller shows in /livez rather than
 // only in the log, and the server waits for it at shutdown.
@@ -139,14 +144,23 @@ func (c *ControllerOptions) NewBackground() *Background {
 }
 
 // Start runs the controller until ctx is done; a failure is logged and turns the check failing.
+// When the process lacks the capabilities the controller needs, it says so once and runs the
+// stand-in instead, which marks Networks Ready=Unknown with a reason that says why: the server
+// then serves the API alone.
 func (b *Background) Start(ctx context.Context, config *rest.Config, events kubernetes.Interface) {
 	done := make(chan struct{})
 	b.mu.Lock()
 	b.done = done
 	b.mu.Unlock()
+	run := func() error { return b.options.Run(ctx, config, events) }
+	if missing := b.options.MissingCapabilities(); len(missing) > 0 {
+		_, _, line := b.options.unavailable(missing)
+		klog.Warning(line)
+		run = func() error { return b.options.RunUnavailable(ctx, config, missing) }
+	}
 	go func() {
 		defer close(done)
-		err := b.options.Run(ctx, config, events)
+		err := run()
 		if err == nil || ctx.Err() != nil {
 			return // stopped because the server stops
 		}
