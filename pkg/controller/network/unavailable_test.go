@@ -1,0 +1,55 @@
+package network
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+)
+
+func TestUnavailableNeedsReport(t *testing.T) {
+	u := &Unavailable{node: "node-a", reason: "ControllerNeedsNetAdmin", message: "why"}
+	said := metav1.Condition{Type: "Ready", Status: metav1.ConditionUnknown, Reason: u.reason, Message: u.message, ObservedGeneration: 2}
+	entry := func(node string) v1.NetworkNodeStatus {
+		return v1.NetworkNodeStatus{NodeName: node, Ready: true, ObservedGeneration: 2}
+	}
+	with := func(f func(n *v1.Network)) *v1.Network {
+		n := network("n", "10.0.0.0/24", "10.0.0.1", 2)
+		f(n)
+		return n
+	}
+	for _, tc := range []struct {
+		name string
+		n    *v1.Network
+		want bool
+	}{
+		{"new, no status", with(func(*v1.Network) {}), true},
+		{"already said", with(func(n *v1.Network) { n.Status.Conditions = []metav1.Condition{said} }), false},
+		{"said for an older generation", with(func(n *v1.Network) {
+			c := said
+			c.ObservedGeneration = 1
+			n.Status.Conditions = []metav1.Condition{c}
+		}), true},
+		{"another reason", with(func(n *v1.Network) {
+			c := said
+			c.Reason = "Other"
+			n.Status.Conditions = []metav1.Condition{c}
+		}), true},
+		{"this node's earlier entry", with(func(n *v1.Network) {
+			n.Status.Conditions = []metav1.Condition{said}
+			n.Status.Nodes = []v1.NetworkNodeStatus{entry("node-a")}
+		}), true},
+		{"this node's and another's entries", with(func(n *v1.Network) {
+			n.Status.Nodes = []v1.NetworkNodeStatus{entry("node-b"), entry("node-a")}
+		}), true},
+		{"only another node reports", with(func(n *v1.Network) {
+			n.Status.Nodes = []v1.NetworkNodeStatus{entry("node-b")}
+		}), false},
+		{"being deleted", with(func(n *v1.Network) { now := metav1.Now(); n.DeletionTimestamp = &now }), false},
+	} {
+		if got := u.needsReport(tc.n); got != tc.want {
+			t.Errorf("%s: needsReport %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
