@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 
 	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
@@ -20,6 +21,7 @@ import (
 
 // NewCommand returns the network-apiserver command.
 func NewCommand(ctx context.Context, o *Options) *cobra.Command {
+	var printVersion bool
 	cmd := &cobra.Command{
 		Use:   "network-apiserver",
 		Short: "Serve the samplecrd.k8s.io Network API",
@@ -28,6 +30,12 @@ func NewCommand(ctx context.Context, o *Options) *cobra.Command {
 			"cluster) it runs behind kube-apiserver's aggregation layer with delegated authentication and authorization.",
 		SilenceUsage: true,
 		RunE: func(c *cobra.Command, _ []string) error {
+			if printVersion {
+				v := version.Get()
+				fmt.Fprintf(o.Out, "network-apiserver %s (commit %s, tree %s, built %s, %s %s)\n",
+					v.GitVersion, v.GitCommit, v.GitTreeState, v.BuildDate, v.GoVersion, v.Platform)
+				return nil
+			}
 			if err := o.Complete(); err != nil {
 				return err
 			}
@@ -39,6 +47,7 @@ func NewCommand(ctx context.Context, o *Options) *cobra.Command {
 	}
 	cmd.SetContext(ctx)
 	o.AddFlags(cmd.Flags())
+	cmd.Flags().BoolVar(&printVersion, "version", false, "Print the version, commit and build date, then exit.")
 	cmd.AddCommand(agent.NewCommand(ctx))
 	return cmd
 }
