@@ -1,5 +1,9 @@
 // Package embeddedetcd runs a one-member etcd inside the server process, for single-machine use:
-// the default storage of a standalone network-apiserver.
+// the default storage of a standalone network-apiserver. It is closed to everyone but the
+// server's user: it listens on loopback only, with TLS, and accepts only clients presenting a
+// certificate from its own CA, which it generates under <data-dir>/etcd-certs (keys 0600, the
+// directory 0700). Its peer listener, never dialled by a single member, is TLS-only on loopback
+// with the same client-certificate check.
 package embeddedetcd
 
 import (
@@ -9,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
@@ -20,7 +25,10 @@ import (
 type Etcd struct {
 	etcd     *embed.Etcd
 	logLevel zap.AtomicLevel
+	// Endpoint is the https client URL on loopback.
 	Endpoint string
+	// PKI names the CA and the client certificate and key a client must present.
+	PKI PKI
 }
 
 // Start starts a one-member etcd with its data under dir, serving clients on loopback
@@ -38,9 +46,16 @@ func Start(ctx context.Context, dir string, port int) (*Etcd, error) {
 		return nil, err
 	}
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger.Named("etcd"))
-	client := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", port)}
+	pki, err := ensurePKI(dir, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("embedded etcd certificates in %s: %w", filepath.Join(dir, CertsDirName), err)
+	}
+	tlsInfo := transport.TLSInfo{CertFile: pki.ServerCertFile, KeyFile: pki.ServerKeyFile,
+		TrustedCAFile: pki.CAFile, ClientCertAuth: true}
+	cfg.ClientTLSInfo, cfg.PeerTLSInfo = tlsInfo, tlsInfo
+	client := url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", port)}
 	// The peer port is never dialled by a single member; port 0 keeps it from clashing.
-	peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	peer := url.URL{Scheme: "https", Host: "127.0.0.1:0"}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
@@ -61,9 +76,9 @@ func Start(ctx context.Context, dir string, port int) (*Etcd, error) {
 		e.Close()
 		return nil, ctx.Err()
 	}
-	endpoint := "http://" + e.Clients[0].Addr().String()
-	klog.InfoS("Embedded etcd is serving", "endpoint", endpoint, "dataDir", cfg.Dir)
-	return &Etcd{etcd: e, logLevel: level, Endpoint: endpoint}, nil
+	endpoint := "https://" + e.Clients[0].Addr().String()
+	klog.InfoS("Embedded etcd is serving", "endpoint", endpoint, "dataDir", cfg.Dir, "clientCert", pki.CertFile)
+	return &Etcd{etcd: e, logLevel: level, Endpoint: endpoint, PKI: pki}, nil
 }
 
 // Stop stops the member and waits until its data is flushed.

@@ -92,12 +92,9 @@ func ovlExpectInvalid(t *testing.T, err error, field, want string) {
 	}
 }
 
-func ovlEtcd(t *testing.T, endpoint string) *clientv3.Client {
+func ovlEtcd(t *testing.T, s *framework.Server) *clientv3.Client {
 	t.Helper()
-	if endpoint == "" {
-		t.Fatal("the server exposes no embedded etcd endpoint")
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second})
+	c, err := s.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +207,7 @@ func TestOvlOverlapErrors(t *testing.T) {
 func TestOvlDryRunDoesNotClaim(t *testing.T) {
 	s := framework.StartForTest(t)
 	c := ovlClient(t, s)
-	etcd := ovlEtcd(t, s.EtcdEndpoint)
+	etcd := ovlEtcd(t, s)
 	defer etcd.Close()
 
 	got, err := ovlCreate(c, "dry", ovlNetwork("first", "10.50.0.0/16"), true)
@@ -314,7 +311,7 @@ func ovlStressJobs() []ovlJob {
 
 // ovlStress runs the 400 creates from 20 goroutines, job i through clients[i%len(clients)], then
 // checks what each replica lists and what etcd holds.
-func ovlStress(t *testing.T, clients []*versioned.Clientset, etcdEndpoint string) {
+func ovlStress(t *testing.T, clients []*versioned.Clientset, etcdOf *framework.Server) {
 	jobs := ovlStressJobs()
 	if len(jobs) != 400 {
 		t.Fatalf("%d jobs, want 400", len(jobs))
@@ -393,7 +390,7 @@ func ovlStress(t *testing.T, clients []*versioned.Clientset, etcdEndpoint string
 	}
 
 	// No claim of a rejected create is left behind.
-	etcd := ovlEtcd(t, etcdEndpoint)
+	etcd := ovlEtcd(t, etcdOf)
 	defer etcd.Close()
 	allocs := ovlAllocations(t, etcd)
 	if len(allocs) != len(succeeded) {
@@ -448,16 +445,16 @@ func ovlOverlapsAny(p netip.Prefix, set []netip.Prefix) bool {
 
 func TestOvlStressOneServer(t *testing.T) {
 	s := framework.StartForTest(t)
-	ovlStress(t, []*versioned.Clientset{ovlClient(t, s)}, s.EtcdEndpoint)
+	ovlStress(t, []*versioned.Clientset{ovlClient(t, s)}, s)
 }
 
 func TestOvlStressTwoReplicas(t *testing.T) {
 	s1 := framework.StartForTest(t)
-	s2 := framework.StartForTest(t, "--etcd-servers", s1.EtcdEndpoint)
+	s2 := framework.StartForTest(t, s1.EtcdFlags()...)
 	if s1.URL == s2.URL {
 		t.Fatalf("both replicas serve at %s", s1.URL)
 	}
-	ovlStress(t, []*versioned.Clientset{ovlClient(t, s1), ovlClient(t, s2)}, s1.EtcdEndpoint)
+	ovlStress(t, []*versioned.Clientset{ovlClient(t, s1), ovlClient(t, s2)}, s1)
 }
 
 // ovlRestart stops *s and starts a server on the same data directory in its place; *s is nil
@@ -505,7 +502,7 @@ func TestOvlAllocationsSurviveRestartAndAreVerified(t *testing.T) {
 	_, err = ovlCreate(c, "repair", ovlNetwork("probe", "10.30.1.0/24"), false)
 	ovlExpectInvalid(t, err, "spec.cidr", "overlaps network repair/keep (10.30.0.0/16)")
 
-	etcd := ovlEtcd(t, s.EtcdEndpoint)
+	etcd := ovlEtcd(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	keepKey, wideKey := ovlAllocationsPrefix+"_cluster/4/0a1e0000", ovlAllocationsPrefix+"_cluster/4/0a1f0000"
@@ -536,7 +533,7 @@ func TestOvlAllocationsSurviveRestartAndAreVerified(t *testing.T) {
 	c = ovlClient(t, s)
 	want := map[string]float64{"overlap": 1, "missing": 1, "mismatch": 1, "orphan": 1, "invalid": 0}
 	ovlWaitForMetrics(t, s, "network_allocation_violations", want)
-	etcd = ovlEtcd(t, s.EtcdEndpoint) // the embedded etcd serves on a new port after a restart
+	etcd = ovlEtcd(t, s) // the embedded etcd serves on a new port after a restart
 
 	allocs = ovlAllocations(t, etcd)
 	if want := (ovlRecord{CIDR: "10.30.0.0/16", Namespace: "repair", Name: "keep", UID: string(keep.UID)}); allocs[keepKey] != want {
@@ -561,7 +558,7 @@ func TestOvlAllocationsSurviveRestartAndAreVerified(t *testing.T) {
 	etcd.Close()
 	ovlRestart(t, &s)
 	ovlWaitForMetrics(t, s, "network_allocation_violations", map[string]float64{"overlap": 0, "missing": 1, "mismatch": 0, "orphan": 0})
-	etcd = ovlEtcd(t, s.EtcdEndpoint)
+	etcd = ovlEtcd(t, s)
 	defer etcd.Close()
 	if r := ovlAllocations(t, etcd)[wideKey]; r.UID != string(wide.UID) {
 		t.Errorf("wide's allocation after verification %+v, want its UID %s", r, wide.UID)

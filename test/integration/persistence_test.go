@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -22,10 +21,10 @@ import (
 // storedNetwork reads the etcd value of the Network ns/name straight from the server's etcd.
 func storedNetwork(ctx context.Context, t *testing.T, s *framework.Server, ns, name string) (string, []byte) {
 	t.Helper()
-	if !strings.HasPrefix(s.EtcdEndpoint, "http://127.0.0.1:") {
-		t.Fatalf("embedded etcd endpoint %q, want a loopback URL", s.EtcdEndpoint)
+	if !strings.HasPrefix(s.EtcdEndpoint, "https://127.0.0.1:") {
+		t.Fatalf("embedded etcd endpoint %q, want a loopback https URL", s.EtcdEndpoint)
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.EtcdEndpoint}, DialTimeout: 10 * time.Second})
+	c, err := s.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
 	}

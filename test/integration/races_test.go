@@ -19,20 +19,20 @@ import (
 // and a losing create's cleanup released the winner's claim.
 
 // raceReplicas returns clients of one server, or of two replicas sharing its etcd.
-func raceReplicas(t *testing.T, replicas int) ([]*versioned.Clientset, string) {
+func raceReplicas(t *testing.T, replicas int) ([]*versioned.Clientset, *framework.Server) {
 	s1 := framework.StartForTest(t)
 	clients := []*versioned.Clientset{ovlClient(t, s1)}
 	if replicas == 2 {
-		s2 := framework.StartForTest(t, "--etcd-servers", s1.EtcdEndpoint)
+		s2 := framework.StartForTest(t, s1.EtcdFlags()...)
 		clients = append(clients, ovlClient(t, s2))
 	}
-	return clients, s1.EtcdEndpoint
+	return clients, s1
 }
 
 // Four clients create twin-N at once (one wins, the others get 409), then intruder-N with the
 // same prefix must be refused.
 func testSameNameCreates(t *testing.T, replicas int) {
-	clients, endpoint := raceReplicas(t, replicas)
+	clients, owner := raceReplicas(t, replicas)
 	const rounds = 40
 	var wg sync.WaitGroup
 	for round := range rounds {
@@ -65,7 +65,7 @@ func testSameNameCreates(t *testing.T, replicas int) {
 		})
 	}
 	wg.Wait()
-	etcd := ovlEtcd(t, endpoint)
+	etcd := ovlEtcd(t, owner)
 	defer etcd.Close()
 	ovlAssertInvariant(t, clients[0], etcd)
 }
@@ -76,7 +76,7 @@ func TestRaceSameNameCreatesTwoReplicas(t *testing.T) { testSameNameCreates(t, 2
 // dra-N is deleted while it is created again until that succeeds (what kubectl replace --force
 // and retrying clients do); then drb-N with the same prefix must be refused.
 func testDeleteRacingRecreate(t *testing.T, replicas int) {
-	clients, endpoint := raceReplicas(t, replicas)
+	clients, owner := raceReplicas(t, replicas)
 	const rounds = 40
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -117,7 +117,7 @@ func testDeleteRacingRecreate(t *testing.T, replicas int) {
 		})
 	}
 	wg.Wait()
-	etcd := ovlEtcd(t, endpoint)
+	etcd := ovlEtcd(t, owner)
 	defer etcd.Close()
 	ovlAssertInvariant(t, clients[0], etcd)
 }

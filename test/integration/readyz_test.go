@@ -42,7 +42,7 @@ func TestReadyzCoversTheAllocatorsEtcdClient(t *testing.T) {
 		}
 	})
 	// A replica using the first server's embedded etcd, which goes away with that server.
-	replica, err := framework.Start(t.TempDir(), "--etcd-servers", owner.EtcdEndpoint)
+	replica, err := framework.Start(t.TempDir(), owner.EtcdFlags()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func TestCreateDefaultsGateway(t *testing.T) {
 
 func TestEmbeddedEtcdEndpointIsExposed(t *testing.T) {
 	s := framework.StartForTest(t)
-	if !strings.HasPrefix(s.EtcdEndpoint, "http://127.0.0.1:") {
-		t.Fatalf("embedded etcd endpoint %q, want a loopback URL", s.EtcdEndpoint)
+	if !strings.HasPrefix(s.EtcdEndpoint, "https://127.0.0.1:") {
+		t.Fatalf("embedded etcd endpoint %q, want a loopback https URL", s.EtcdEndpoint)
 	}
 }

@@ -64,7 +64,10 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		defer etcd.Stop()
 		o.embedded = etcd
-		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{etcd.Endpoint}
+		// The storage and the allocator's client present the embedded etcd's client certificate.
+		transport := &o.Recommended.Etcd.StorageConfig.Transport
+		transport.ServerList = []string{etcd.Endpoint}
+		transport.TrustedCAFile, transport.CertFile, transport.KeyFile = etcd.PKI.CAFile, etcd.PKI.CertFile, etcd.PKI.KeyFile
 		// For etcdctl, and for a second replica sharing this etcd.
 		if err := os.WriteFile(filepath.Join(o.DataDir, "etcd.endpoint"), []byte(etcd.Endpoint+"\n"), 0o600); err != nil {
 			return err

@@ -14,11 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/samplecrd/network-apiserver/pkg/cmd/server"
+	"github.com/samplecrd/network-apiserver/pkg/embeddedetcd"
 )
 
 // Server is a running network-apiserver.
@@ -33,6 +36,8 @@ type Server struct {
 	URL string
 	// EtcdEndpoint is the client URL of the server's embedded etcd ("" with --etcd-servers).
 	EtcdEndpoint string
+	// EtcdPKI names the embedded etcd's CA and the client certificate and key it requires.
+	EtcdPKI embeddedetcd.PKI
 
 	cancel context.CancelFunc
 	done   chan error
@@ -116,6 +121,7 @@ func Start(dataDir string, extraFlags ...string) (*Server, error) {
 		s.Config = cfg
 		if b, err := os.ReadFile(filepath.Join(dataDir, "etcd.endpoint")); err == nil && embedded {
 			s.EtcdEndpoint = strings.TrimSpace(string(b))
+			s.EtcdPKI = embeddedetcd.PKIFor(dataDir)
 		}
 		return true, nil
 	})
@@ -151,4 +157,24 @@ func StartForTest(t testing.TB, extraFlags ...string) *Server {
 		}
 	})
 	return s
+}
+
+// EtcdFlags are the flags that make another server use this server's embedded etcd: its
+// endpoint and client certificate.
+func (s *Server) EtcdFlags() []string {
+	return []string{"--etcd-servers", s.EtcdEndpoint, "--etcd-cafile", s.EtcdPKI.CAFile,
+		"--etcd-certfile", s.EtcdPKI.CertFile, "--etcd-keyfile", s.EtcdPKI.KeyFile}
+}
+
+// EtcdClient connects to the server's embedded etcd with its client certificate; the caller closes it.
+func (s *Server) EtcdClient() (*clientv3.Client, error) {
+	if s.EtcdEndpoint == "" {
+		return nil, fmt.Errorf("the server runs no embedded etcd")
+	}
+	tc, err := transport.TLSInfo{CertFile: s.EtcdPKI.CertFile, KeyFile: s.EtcdPKI.KeyFile,
+		TrustedCAFile: s.EtcdPKI.CAFile}.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{Endpoints: []string{s.EtcdEndpoint}, TLS: tc, DialTimeout: 10 * time.Second})
 }
