@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -308,5 +309,28 @@ func TestCertificatesKeptAndRenewed(t *testing.T) {
 	}
 	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err == nil {
 		t.Errorf("the renewed client certificate chains to the old CA")
+	}
+}
+
+// A fixed client port (--embedded-etcd-port) is the port of the https endpoint.
+func TestFixedPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := Start(ctx, t.TempDir(), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	if want := fmt.Sprintf("https://127.0.0.1:%d", port); e.Endpoint != want {
+		t.Errorf("endpoint %s, want %s", e.Endpoint, want)
+	}
+	if _, err := client(t, e).Get(ctx, "/"); err != nil {
+		t.Errorf("get through the fixed port: %v", err)
 	}
 }
