@@ -58,18 +58,21 @@ func probe(endpoint string, p PKI) probeResult {
 	host := strings.TrimPrefix(endpoint, "https://")
 	noCert := &tls.Config{InsecureSkipVerify: true} // trust anything: only our own certificate is missing
 	for name, tc := range map[string]*tls.Config{"plain": nil, "tls without client cert": noCert} {
-		cfg := clientv3.Config{Endpoints: []string{"http://" + host}, DialTimeout: 2 * time.Second}
+		cfg := clientv3.Config{Endpoints: []string{"http://" + host}, DialTimeout: time.Second}
 		if tc != nil {
 			cfg.Endpoints, cfg.TLS = []string{"https://" + host}, tc
 		}
 		c, err := clientv3.New(cfg)
 		if err == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			// Each attempt has its own deadline: a refused client retries until then.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_, err = c.Put(ctx, "/probe/"+strings.ReplaceAll(name, " ", "-"), "x")
-			r[name+" put"] = errString(err)
-			_, err = c.Get(ctx, "/secret")
-			r[name+" get"] = errString(err)
 			cancel()
+			r[name+" put"] = errString(err)
+			ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+			_, err = c.Get(ctx, "/secret")
+			cancel()
+			r[name+" get"] = errString(err)
 			c.Close()
 		} else {
 			r[name+" put"], r[name+" get"] = errString(err), errString(err)
