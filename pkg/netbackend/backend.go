@@ -9,6 +9,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 )
@@ -22,6 +23,8 @@ type Desired struct {
 	Gateway netip.Addr
 	// MTU of the bridge; 0 means DefaultMTU.
 	MTU int
+	// IPMasq asks the CNI bridge plugin to masquerade the pods' traffic leaving the prefix.
+	IPMasq bool
 }
 
 // DefaultMTU is the bridge MTU when a Network does not ask for another.
@@ -62,6 +65,9 @@ type Actual struct {
 	MTU       int
 	// CNIConfig is the content of the Network's CNI configuration file, nil when absent.
 	CNIConfig []byte
+	// Ports are the interfaces attached to the bridge (the pods' host-side veths): the
+	// Network's attachments on this node.
+	Ports []string
 }
 
 // Backend realises Networks on one node.
@@ -88,12 +94,31 @@ func BridgeName(key string) string {
 	return "nw" + strings.ToLower(base32.StdEncoding.EncodeToString(sum[:])[:13])
 }
 
+// BridgeMAC is the fixed MAC address of key's bridge: locally administered, unicast, derived
+// from the key, so the same across repairs, restarts and nodes. A bridge without a MAC set
+// takes the lowest MAC of its ports and changes it as pods come and go, which breaks the pods'
+// neighbour entries for the gateway (and CNI CHECK, which compares the bridge's MAC).
+func BridgeMAC(key string) net.HardwareAddr {
+	sum := sha256.Sum256([]byte("bridge-mac:" + key))
+	mac := net.HardwareAddr(sum[:6])
+	mac[0] = mac[0]&^0x01 | 0x02 // unicast, locally administered
+	return mac
+}
+
+// AdoptedPrefix starts the change a backend reports when it adopted an unmarked bridge that
+// carried exactly the Network's name and gateway (what the CNI bridge plugin creates when a pod
+// is attached before the controller ran).
+const AdoptedPrefix = "adopted bridge "
+
 // Reasons a Network cannot be realised; the controller reports them in the node's status entry.
 const (
 	ReasonNotOurs          = "InterfaceNotOurs"
 	ReasonAddressInUse     = "AddressInUse"
 	ReasonPermissionDenied = "PermissionDenied"
 	ReasonBackendError     = "BackendError"
+	// ReasonPortsDetached: ports of the Network's bridge (pods' veths) lost their bridge and
+	// could not be attached again; those pods are cut off.
+	ReasonPortsDetached = "PortsDetached"
 )
 
 // Error is a failure with a reason for the Network's status.

@@ -25,8 +25,11 @@ const (
 	confSuffix = ".conflist"
 	// KeyField is the top-level field of our configuration lists that records the Network key.
 	KeyField = "samplecrd.k8s.io/network"
-	// CNIVersion is the CNI specification version of the configuration lists.
-	CNIVersion = "1.0.0"
+	// CNIVersion is the CNI specification version of the configuration lists (1.1 brings the
+	// STATUS and GC verbs to runtimes).
+	CNIVersion = "1.1.0"
+	// DefaultIPAMDataDir is host-local's own default data directory.
+	DefaultIPAMDataDir = "/var/lib/cni/networks"
 )
 
 // ConfPath is the path of key's configuration list in dir.
@@ -60,19 +63,26 @@ func NetworkName(key string) string {
 }
 
 type confList struct {
-	CNIVersion string       `json:"cniVersion"`
-	Name       string       `json:"name"`
-	Key        string       `json:"samplecrd.k8s.io/network"`
-	Plugins    []bridgeConf `json:"plugins"`
+	CNIVersion string `json:"cniVersion"`
+	Name       string `json:"name"`
+	Key        string `json:"samplecrd.k8s.io/network"`
+	Plugins    []any  `json:"plugins"`
 }
 
 type bridgeConf struct {
-	Type      string   `json:"type"`
-	Bridge    string   `json:"bridge"`
-	IsGateway bool     `json:"isGateway"`
-	IPMasq    bool     `json:"ipMasq"`
-	MTU       int      `json:"mtu"`
-	IPAM      ipamConf `json:"ipam"`
+	Type        string   `json:"type"`
+	Bridge      string   `json:"bridge"`
+	IsGateway   bool     `json:"isGateway"`
+	IPMasq      bool     `json:"ipMasq"`
+	HairpinMode bool     `json:"hairpinMode"`
+	MTU         int      `json:"mtu"`
+	IPAM        ipamConf `json:"ipam"`
+}
+
+type portmapConf struct {
+	Type         string          `json:"type"`
+	Capabilities map[string]bool `json:"capabilities"`
+	SNAT         bool            `json:"snat"`
 }
 
 type ipamConf struct {
@@ -92,9 +102,11 @@ type routeConf struct {
 }
 
 // RenderConfig returns the CNI configuration list for d: a "bridge" plugin on d's bridge
-// (isGateway, no masquerading, the bridge's MTU for the pods' interfaces) with "host-local"
-// IPAM over d.Prefix (host-local never hands out the gateway) and a default route.
-// ipamDataDir, when set, is host-local's dataDir. Equal inputs give equal bytes.
+// (isGateway, hairpin mode so a pod reaches itself through a service, masquerading only when
+// d.IPMasq, the bridge's MTU for the pods' interfaces) with "host-local" IPAM over d.Prefix
+// (host-local never hands out the gateway) and a default route, then "portmap" with the
+// portMappings capability (a pod's hostPorts). ipamDataDir, when set, is host-local's dataDir.
+// Equal inputs give equal bytes.
 func RenderConfig(d netbackend.Desired, ipamDataDir string) ([]byte, error) {
 	defaultRoute := "0.0.0.0/0"
 	if d.Gateway.Is6() {
@@ -105,19 +117,23 @@ func RenderConfig(d netbackend.Desired, ipamDataDir string) ([]byte, error) {
 		CNIVersion: CNIVersion,
 		Name:       NetworkName(d.Key),
 		Key:        d.Key,
-		Plugins: []bridgeConf{{
-			Type:      "bridge",
-			Bridge:    netbackend.BridgeName(d.Key),
-			IsGateway: true,
-			IPMasq:    false,
-			MTU:       mtu,
-			IPAM: ipamConf{
-				Type:    "host-local",
-				Ranges:  [][]rangeConf{{{Subnet: d.Prefix.Masked().String(), Gateway: d.Gateway.String()}}},
-				Routes:  []routeConf{{Dst: defaultRoute}},
-				DataDir: ipamDataDir,
+		Plugins: []any{
+			bridgeConf{
+				Type:        "bridge",
+				Bridge:      netbackend.BridgeName(d.Key),
+				IsGateway:   true,
+				IPMasq:      d.IPMasq,
+				HairpinMode: true,
+				MTU:         mtu,
+				IPAM: ipamConf{
+					Type:    "host-local",
+					Ranges:  [][]rangeConf{{{Subnet: d.Prefix.Masked().String(), Gateway: d.Gateway.String()}}},
+					Routes:  []routeConf{{Dst: defaultRoute}},
+					DataDir: ipamDataDir,
+				},
 			},
-		}},
+			portmapConf{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}, SNAT: true},
+		},
 	}
 	out, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {

@@ -75,8 +75,17 @@ func TestRenderConfig(t *testing.T) {
 		t.Fatal("RenderConfig is not deterministic")
 	}
 	conf := parseConf(t, a)
-	if conf.Key != d.Key || conf.Name != NetworkName(d.Key) || conf.Version != CNIVersion {
-		t.Errorf("key %q name %q version %q", conf.Key, conf.Name, conf.Version)
+	if conf.Key != d.Key || conf.Name != NetworkName(d.Key) || conf.Version != "1.1.0" {
+		t.Errorf("key %q name %q version %q, want version 1.1.0", conf.Key, conf.Name, conf.Version)
+	}
+	if !conf.Bridge.HairpinMode || conf.Bridge.IPMasq || !conf.Bridge.IsGateway {
+		t.Errorf("bridge plugin: hairpinMode %v ipMasq %v isGateway %v, want true, false (the default), true",
+			conf.Bridge.HairpinMode, conf.Bridge.IPMasq, conf.Bridge.IsGateway)
+	}
+	masq := d
+	masq.IPMasq = true
+	if m, _ := RenderConfig(masq, "/var/lib/test-ipam"); !parseConf(t, m).Bridge.IPMasq {
+		t.Errorf("ipMasq not set for a Network asking for it:\n%s", m)
 	}
 	ipam := conf.Bridge.IPAM
 	if conf.Bridge.MTU != 9000 || ipam.DataDir != "/var/lib/test-ipam" ||

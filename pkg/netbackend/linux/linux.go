@@ -30,6 +30,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -56,7 +57,8 @@ type Config struct {
 	// CNIConfDir is the directory of the CNI configuration lists, for example /etc/cni/net.d.
 	CNIConfDir string
 	// IPAMDataDir, when set, is host-local's dataDir in the configuration lists; empty leaves
-	// host-local's default (/var/lib/cni/networks).
+	// host-local's default (/var/lib/cni/networks). Remove deletes the network's leftover
+	// reservations there.
 	IPAMDataDir string
 }
 
@@ -74,6 +76,11 @@ type Backend struct {
 	knownMu sync.Mutex
 	names   map[string]string // bridge name -> key
 	indexes map[int]string    // link index -> key
+	// ports remembers the ports each of our bridges had (key -> port index -> port name), so
+	// that a bridge recreated after it was deleted gets its pods' veths back; portKeys maps a
+	// port's index to its key for Watch.
+	ports    map[string]map[int]string
+	portKeys map[int]string
 
 	// subscribe opens the link and address subscriptions; tests replace it.
 	subscribe func(linkCh chan netlink.LinkUpdate, addrCh chan netlink.AddrUpdate, done <-chan struct{}, onError func(error)) error
@@ -106,8 +113,10 @@ func New(cfg Config) (*Backend, error) {
 		cfg:     cfg,
 		ns:      ns,
 		h:       h,
-		names:   map[string]string{},
-		indexes: map[int]string{},
+		names:    map[string]string{},
+		indexes:  map[int]string{},
+		ports:    map[string]map[int]string{},
+		portKeys: map[int]string{},
 	}
 	b.subscribe = b.netlinkSubscribe
 	return b, nil
@@ -230,6 +239,70 @@ func (b *Backend) forget(key string) {
 			delete(b.indexes, i)
 		}
 	}
+	b.setPortsLocked(key, nil)
+}
+
+// setPortsLocked replaces what is remembered of key's ports. knownMu must be held.
+func (b *Backend) setPortsLocked(key string, ports map[int]string) {
+	for i := range b.ports[key] {
+		if b.portKeys[i] == key {
+			delete(b.portKeys, i)
+		}
+	}
+	if len(ports) == 0 {
+		delete(b.ports, key)
+		return
+	}
+	b.ports[key] = ports
+	for i := range ports {
+		b.portKeys[i] = key
+	}
+}
+
+// rememberPorts records ports as key's, in addition to what is remembered.
+func (b *Backend) rememberPorts(key string, ports map[int]string) {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	merged := map[int]string{}
+	for i, n := range b.ports[key] {
+		merged[i] = n
+	}
+	for i, n := range ports {
+		merged[i] = n
+	}
+	b.setPortsLocked(key, merged)
+}
+
+// rememberedPorts returns a copy of what is remembered of key's ports.
+func (b *Backend) rememberedPorts(key string) map[int]string {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	out := map[int]string{}
+	for i, n := range b.ports[key] {
+		out[i] = n
+	}
+	return out
+}
+
+// portsOf returns the ports of the bridge with index bridge (index -> name), from links.
+func portsOf(links []netlink.Link, bridge int) map[int]string {
+	ports := map[int]string{}
+	for _, l := range links {
+		if a := l.Attrs(); a.MasterIndex == bridge && a.Index != bridge {
+			ports[a.Index] = a.Name
+		}
+	}
+	return ports
+}
+
+// sortedNames returns the names of ports, sorted.
+func sortedNames(ports map[int]string) []string {
+	names := make([]string, 0, len(ports))
+	for _, n := range ports {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // validate adds the linux backend's own limit to what every backend requires.
@@ -260,8 +333,15 @@ func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, er
 			return nil, fail(err, "listing the addresses of bridge %s", name)
 		}
 		a := link.Attrs()
-		actual = &netbackend.Actual{Key: key, Bridge: name, Addresses: addrs, Up: a.Flags&net.FlagUp != 0, MTU: a.MTU}
+		links, err := dump(b.h.LinkList)
+		if err != nil {
+			return nil, fail(err, "listing links")
+		}
+		ports := portsOf(links, a.Index)
+		actual = &netbackend.Actual{Key: key, Bridge: name, Addresses: addrs, Up: a.Flags&net.FlagUp != 0, MTU: a.MTU,
+			Ports: sortedNames(ports)}
 		b.remember(key, name, a.Index)
+		b.rememberPorts(key, ports)
 	}
 	content, state, err := readConfig(b.cfg.CNIConfDir, key)
 	if err != nil {
@@ -299,8 +379,13 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	if err != nil {
 		return nil, fail(err, "looking up bridge %s of network %s", name, d.Key)
 	}
+	adopt := false
 	if link != nil && !isOurs(link, d.Key) {
-		return nil, b.notOurs(link, d.Key)
+		if adopt, err = b.adoptable(link, d); err != nil {
+			return nil, fail(err, "listing the addresses of %s", name)
+		} else if !adopt {
+			return nil, b.notOurs(link, d.Key)
+		}
 	}
 	existing, state, err := readConfig(b.cfg.CNIConfDir, d.Key)
 	if err != nil {
@@ -312,6 +397,19 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	}
 
 	var changes []string
+	if adopt {
+		if err := b.h.LinkSetAlias(link, Alias(d.Key)); err != nil {
+			return nil, fail(err, "marking bridge %s as network %s's", name, d.Key)
+		}
+		changes = append(changes, fmt.Sprintf("%s%s: it had no alias and exactly the gateway %s, as the CNI bridge plugin creates it; marked it with alias %q",
+			netbackend.AdoptedPrefix, name, netip.PrefixFrom(d.Gateway, d.Prefix.Bits()), Alias(d.Key)))
+		if link, err = b.linkByName(name); err == nil && link == nil {
+			err = errors.New("it vanished")
+		}
+		if err != nil {
+			return changes, fail(err, "looking up adopted bridge %s", name)
+		}
+	}
 	if link == nil {
 		var created []string
 		link, created, err = b.createBridge(name, d.Key, mtu)
@@ -322,6 +420,13 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	}
 	attrs := link.Attrs()
 	b.remember(d.Key, name, attrs.Index)
+
+	if mac := netbackend.BridgeMAC(d.Key); !bytes.Equal(attrs.HardwareAddr, mac) {
+		if err := b.h.LinkSetHardwareAddr(link, mac); err != nil {
+			return changes, fail(err, "setting the MAC of bridge %s to %s", name, mac)
+		}
+		changes = append(changes, fmt.Sprintf("set MAC of %s from %s to %s", name, attrs.HardwareAddr, mac))
+	}
 
 	addrChanges, err := b.ensureAddress(link, d)
 	changes = append(changes, addrChanges...)
@@ -345,6 +450,82 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 			return changes, fail(err, "writing CNI configuration %s", confPath)
 		}
 		changes = append(changes, fmt.Sprintf("wrote CNI configuration %s", confPath))
+	}
+	portChanges, err := b.ensurePorts(link, d.Key)
+	return append(changes, portChanges...), err
+}
+
+// adoptable tells whether link, a bridge with key's bridge name that is not marked as ours, is
+// what the CNI bridge plugin leaves when it attached a pod before the controller ran (after a
+// reboot, say): a bridge with no alias carrying exactly the gateway with the prefix's length.
+// Such a bridge is taken over (marked) rather than reported: deleting it would cut the pods.
+func (b *Backend) adoptable(link netlink.Link, d netbackend.Desired) (bool, error) {
+	if link.Type() != "bridge" || link.Attrs().Alias != "" {
+		return false, nil
+	}
+	addrs, err := b.bridgeAddrs(link)
+	if err != nil {
+		return false, err
+	}
+	return len(addrs) == 1 && addrs[0] == netip.PrefixFrom(d.Gateway, d.Prefix.Bits()), nil
+}
+
+// ensurePorts attaches again the ports key's bridge had and lost (the bridge was deleted and
+// recreated, or a port was detached by hand): each remembered port that still exists with its
+// name and has no master is made a port again, with hairpin mode as the configuration asks.
+// A remembered port now enslaved elsewhere is ReasonPortsDetached: its pod is cut off.
+func (b *Backend) ensurePorts(link netlink.Link, key string) ([]string, error) {
+	name, index := link.Attrs().Name, link.Attrs().Index
+	links, err := dump(b.h.LinkList)
+	if err != nil {
+		return nil, fail(err, "listing links")
+	}
+	current := portsOf(links, index)
+	byIndex := map[int]netlink.Link{}
+	for _, l := range links {
+		byIndex[l.Attrs().Index] = l
+	}
+	var changes, detached []string
+	var failure error
+	for i, portName := range b.rememberedPorts(key) {
+		if _, ok := current[i]; ok {
+			continue
+		}
+		port, ok := byIndex[i]
+		if !ok || port.Attrs().Name != portName {
+			continue // gone (the pod was deleted): forgotten below
+		}
+		if port.Attrs().MasterIndex != 0 {
+			detached = append(detached, portName)
+			current[i] = portName // still remembered: it may come back
+			continue
+		}
+		if err := b.h.LinkSetMaster(port, link); err != nil {
+			if errors.Is(err, unix.ENODEV) {
+				continue
+			}
+			failure = fail(err, "attaching port %s to bridge %s again", portName, name)
+			current[i] = portName
+			continue
+		}
+		if err := b.h.LinkSetHairpin(port, true); err != nil && !errors.Is(err, unix.ENODEV) {
+			failure = fail(err, "setting hairpin mode on port %s of bridge %s", portName, name)
+		}
+		current[i] = portName
+		changes = append(changes, fmt.Sprintf("attached port %s to %s again", portName, name))
+	}
+	b.knownMu.Lock()
+	b.setPortsLocked(key, current)
+	b.knownMu.Unlock()
+	slices.Sort(changes)
+	if failure != nil {
+		return changes, failure
+	}
+	if len(detached) > 0 {
+		slices.Sort(detached)
+		return changes, netbackend.Errorf(netbackend.ReasonPortsDetached,
+			"ports %s of bridge %s (network %s) are attached to another master; their pods are cut off from the network",
+			strings.Join(detached, ", "), name, key)
 	}
 	return changes, nil
 }
@@ -387,6 +568,7 @@ func (b *Backend) createBridge(name, key string, mtu int) (netlink.Link, []strin
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = staging
 	attrs.MTU = mtu
+	attrs.HardwareAddr = netbackend.BridgeMAC(key)
 	if err := b.h.LinkAdd(&netlink.Bridge{LinkAttrs: attrs}); err != nil {
 		return nil, changes, fail(err, "creating bridge %s for network %s", staging, key)
 	}
@@ -547,6 +729,20 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 		if err := syncDir(b.cfg.CNIConfDir); err != nil {
 			return fail(err, "syncing %s", b.cfg.CNIConfDir)
 		}
+	}
+	// host-local's reservations for the network: without the configuration no runtime can DEL
+	// against it any more, so whatever is left there is a leak.
+	ipamDir := b.cfg.IPAMDataDir
+	if ipamDir == "" {
+		ipamDir = DefaultIPAMDataDir
+	}
+	leases := filepath.Join(ipamDir, NetworkName(key))
+	if _, err := os.Lstat(leases); err == nil {
+		if err := os.RemoveAll(leases); err != nil {
+			return fail(err, "removing host-local's leftover reservations %s", leases)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fail(err, "looking at host-local's reservations %s", leases)
 	}
 	b.forget(key)
 	return nil

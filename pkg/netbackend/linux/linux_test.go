@@ -27,6 +27,7 @@ type parsedConf struct {
 	Name    string
 	Version string
 	Bridge  bridgeConf
+	Portmap portmapConf
 }
 
 // parseConf parses content the way runtimes do (libcni) and returns the fields we set.
@@ -36,17 +37,24 @@ func parseConf(t *testing.T, content []byte) parsedConf {
 	if err != nil {
 		t.Fatalf("libcni.ConfListFromBytes: %v\n%s", err, content)
 	}
-	if len(list.Plugins) != 1 {
-		t.Fatalf("configuration has %d plugins, want 1", len(list.Plugins))
+	if len(list.Plugins) != 2 {
+		t.Fatalf("configuration has %d plugins, want 2 (bridge, portmap)", len(list.Plugins))
 	}
-	if list.Plugins[0].Network.Type != "bridge" {
-		t.Fatalf("plugin type %q, want bridge", list.Plugins[0].Network.Type)
+	if list.Plugins[0].Network.Type != "bridge" || list.Plugins[1].Network.Type != "portmap" {
+		t.Fatalf("plugin types %q, %q, want bridge, portmap", list.Plugins[0].Network.Type, list.Plugins[1].Network.Type)
+	}
+	if !list.Plugins[1].Network.Capabilities["portMappings"] {
+		t.Fatalf("portmap without the portMappings capability: %s", list.Plugins[1].Bytes)
 	}
 	var br bridgeConf
 	if err := json.Unmarshal(list.Plugins[0].Bytes, &br); err != nil {
 		t.Fatalf("plugin configuration: %v", err)
 	}
-	return parsedConf{Key: KeyOfConfig(content), Name: list.Name, Version: list.CNIVersion, Bridge: br}
+	var pm portmapConf
+	if err := json.Unmarshal(list.Plugins[1].Bytes, &pm); err != nil {
+		t.Fatalf("plugin configuration: %v", err)
+	}
+	return parsedConf{Key: KeyOfConfig(content), Name: list.Name, Version: list.CNIVersion, Bridge: br, Portmap: pm}
 }
 
 func inode(t *testing.T, path string) uint64 {
@@ -109,7 +117,7 @@ func TestEnsureCreatesBridgeAndConfig(t *testing.T) {
 		t.Errorf("configuration file mode: %v, %v", fi, err)
 	}
 	conf := parseConf(t, mustRead(t, path))
-	if conf.Version != "1.0.0" || conf.Name != "samplecrd_default_net1" || conf.Key != d.Key {
+	if conf.Version != "1.1.0" || conf.Name != "samplecrd_default_net1" || conf.Key != d.Key {
 		t.Errorf("configuration version %q name %q key %q", conf.Version, conf.Name, conf.Key)
 	}
 	br := conf.Bridge

@@ -22,7 +22,7 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 )
 
-// buildPlugins builds the CNI bridge and host-local plugins from the module pinned in
+// buildPlugins builds the CNI bridge, host-local and portmap plugins from the module pinned in
 // hack/tools into a temporary directory.
 func buildPlugins(t *testing.T) string {
 	t.Helper()
@@ -44,11 +44,12 @@ func buildPlugins(t *testing.T) string {
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, goBin, "build", "-C", tools, "-o", dir+string(filepath.Separator),
 		"github.com/containernetworking/plugins/plugins/main/bridge",
-		"github.com/containernetworking/plugins/plugins/ipam/host-local")
+		"github.com/containernetworking/plugins/plugins/ipam/host-local",
+		"github.com/containernetworking/plugins/plugins/meta/portmap")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the CNI plugins: %v\n%s", err, out)
 	}
-	for _, p := range []string{"bridge", "host-local"} {
+	for _, p := range []string{"bridge", "host-local", "portmap"} {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			t.Fatalf("plugin %s not built: %v", p, err)
 		}

@@ -21,6 +21,8 @@ const (
 //   - a link whose alias records the key (one of our bridges), created, changed or deleted;
 //   - a link named like the bridge of a key this Backend has seen (Ensure, Observe, List), so
 //     that a bridge deleted by hand, or a foreign interface taking its name, is noticed;
+//   - a link attached to one of our bridges (a pod's veth), or a remembered port of one of our
+//     bridges detached or deleted;
 //   - an address added to or removed from one of our bridges.
 //
 // When a subscription fails or ends (for example when the socket's buffer overflowed and
@@ -152,6 +154,12 @@ func (b *Backend) keysOfLinkUpdate(u netlink.LinkUpdate) []string {
 		if deleted || attrs.Name != netbackend.BridgeName(key) {
 			delete(b.indexes, attrs.Index)
 		}
+	}
+	if key, ok := b.indexes[attrs.MasterIndex]; ok && attrs.MasterIndex != 0 && !deleted {
+		add(key) // a port attached to our bridge: a pod came
+	}
+	if key, ok := b.portKeys[attrs.Index]; ok {
+		add(key) // a port of our bridge detached or gone: a pod left, or the bridge was deleted
 	}
 	b.knownMu.Unlock()
 	return keys
