@@ -110,9 +110,9 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
 	}
 	b := &Backend{
-		cfg:     cfg,
-		ns:      ns,
-		h:       h,
+		cfg:      cfg,
+		ns:       ns,
+		h:        h,
 		names:    map[string]string{},
 		indexes:  map[int]string{},
 		ports:    map[string]map[int]string{},
