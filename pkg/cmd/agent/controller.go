@@ -33,6 +33,8 @@ type ControllerOptions struct {
 	NodeName     string
 	CNIConfDir   string
 	BackendNetNS string
+	// IPAMDataDir is host-local's dataDir in the configuration lists; empty is its default.
+	IPAMDataDir  string
 	Workers      int
 	ResyncPeriod time.Duration
 	GCInterval   time.Duration
@@ -61,6 +63,8 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 	fs.StringVar(&c.CNIConfDir, "cni-conf-dir", c.CNIConfDir, "Directory the controller writes each Network's CNI configuration list to.")
 	fs.StringVar(&c.BackendNetNS, "backend-netns", c.BackendNetNS,
 		"Path of a network namespace (for example /var/run/netns/test) to confine bridges to; empty is the controller's own.")
+	fs.StringVar(&c.IPAMDataDir, "cni-ipam-data-dir", c.IPAMDataDir,
+		"host-local's dataDir in the CNI configuration lists (empty: host-local's default, /var/lib/cni/networks); a Network's leftover reservations there are removed with it.")
 	fs.IntVar(&c.Workers, "controller-workers", c.Workers, "Networks reconciled in parallel.")
 	fs.DurationVar(&c.ResyncPeriod, "controller-resync-period", c.ResyncPeriod, "How often every Network is compared with the node again.")
 	fs.DurationVar(&c.GCInterval, "controller-gc-interval", c.GCInterval, "How often bridges and configurations without a Network are removed.")
@@ -94,7 +98,7 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, events
 	if err != nil {
 		return err
 	}
-	backend, err := linux.New(linux.Config{NetNSPath: c.BackendNetNS, CNIConfDir: c.CNIConfDir})
+	backend, err := linux.New(linux.Config{NetNSPath: c.BackendNetNS, CNIConfDir: c.CNIConfDir, IPAMDataDir: c.IPAMDataDir})
 	if err != nil {
 		return fmt.Errorf("network backend: %w", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,8 +33,11 @@ import (
 const (
 	EventCreated  = "Created"
 	EventRepaired = "Repaired"
-	EventDeleted  = "Deleted"
-	EventFailed   = "Failed"
+	// EventAdopted: the node had an unmarked bridge with exactly the Network's name and gateway
+	// (the CNI bridge plugin made it for a pod attached before the controller ran), now ours.
+	EventAdopted = "Adopted"
+	EventDeleted = "Deleted"
+	EventFailed  = "Failed"
 )
 
 // Options configure a Controller.
@@ -193,6 +198,9 @@ func (c *Controller) sync(ctx context.Context, key string) (string, error) {
 	if before == nil && observeErr == nil {
 		reason = EventCreated
 	}
+	if slices.ContainsFunc(changes, func(c string) bool { return strings.HasPrefix(c, netbackend.AdoptedPrefix) }) {
+		reason = EventAdopted
+	}
 	c.event(n, "Normal", reason, fmt.Sprintf("%s on node %s: %v", reason, c.opts.NodeName, changes))
 	klog.FromContext(ctx).Info("Converged network", "network", key, "reason", reason, "changes", changes)
 	return "changed", nil
@@ -207,8 +215,12 @@ func desiredOf(key string, n *v1.Network) (netbackend.Desired, error) {
 	if err != nil {
 		return netbackend.Desired{}, netbackend.Errorf("InvalidSpec", "spec.gateway %q: %v", n.Spec.Gateway, err)
 	}
-	return netbackend.Desired{Key: key, Prefix: prefix, Gateway: gateway}, nil
+	return netbackend.Desired{Key: key, Prefix: prefix, Gateway: gateway, IPMasq: n.Annotations[IPMasqAnnotation] == "true"}, nil
 }
+
+// IPMasqAnnotation set to "true" on a Network makes the CNI bridge plugin masquerade its pods'
+// traffic leaving the prefix (ipMasq in the configuration list); absent or anything else, off.
+const IPMasqAnnotation = "samplecrd.k8s.io/ip-masq"
 
 func (c *Controller) remove(ctx context.Context, key string) (string, error) {
 	if actual, err := c.backend.Observe(ctx, key); err == nil && actual == nil {
