@@ -3,12 +3,16 @@
 #   kubectl kube-apiserver kube-controller-manager   hack/tools/go.mod (k8s.io/kubernetes and
 #                                                     k8s.io/kubectl; kubectl's main is
 #                                                     hack/tools/cmd/kubectl)
+#   cni                                               the reference CNI plugins bridge, host-local,
+#                                                     portmap and loopback into OUT_DIR/cni, from
+#                                                     hack/tools/cmd/cni/go.mod, a module of its own
+#                                                     (the tests that attach pods as a runtime does)
 #   etcd etcdctl                                      hack/tools/cmd/etcd/go.mod, a module of its own
 #                                                     so that etcd's newer dependencies (grpc, otel,
 #                                                     x/net, x/tools) never move the versions that
 #                                                     k8s.io/kubernetes and the code generators pin
 #
-# Usage: hack/build-tools.sh [TOOL...]    (no TOOL: all five)
+# Usage: hack/build-tools.sh [TOOL...]    (no TOOL: all six)
 #
 # A tool is rebuilt only when its binary is missing or its stamp (OUT_DIR/.TOOL.stamp) was written
 # for other inputs: the go.mod and go.sum that pin it, its main package, this script (which holds
@@ -19,11 +23,12 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 OUT_DIR=$(mkdir -p "${OUT_DIR:-${ROOT}/_output/bin}" && cd "${OUT_DIR:-${ROOT}/_output/bin}" && pwd -P)
 KUBE_MOD=${ROOT}/hack/tools
 ETCD_MOD=${ROOT}/hack/tools/cmd/etcd
+CNI_MOD=${ROOT}/hack/tools/cmd/cni
 
 # What each tool is built from: the module folder, then the package to build there.
 declare -A module=(
   [kubectl]=${KUBE_MOD} [kube-apiserver]=${KUBE_MOD} [kube-controller-manager]=${KUBE_MOD}
-  [etcd]=${ETCD_MOD} [etcdctl]=${ETCD_MOD}
+  [etcd]=${ETCD_MOD} [etcdctl]=${ETCD_MOD} [cni]=${CNI_MOD}
 )
 declare -A package=(
   [kubectl]=./cmd/kubectl
@@ -31,8 +36,9 @@ declare -A package=(
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
   [etcd]=.
   [etcdctl]=go.etcd.io/etcd/etcdctl/v3
+  [cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap github.com/containernetworking/plugins/plugins/main/loopback"
 )
-all=(kubectl kube-apiserver kube-controller-manager etcd etcdctl)
+all=(kubectl kube-apiserver kube-controller-manager etcd etcdctl cni)
 tools=("$@")
 [ "${#tools[@]}" -gt 0 ] || tools=("${all[@]}")
 for t in "${tools[@]}"; do
@@ -46,6 +52,7 @@ key() {
   case $1 in
     kubectl) main=("${KUBE_MOD}/cmd/kubectl"/*.go) ;;
     etcd | etcdctl) main=("${ETCD_MOD}"/*.go) ;;
+    cni) main=("${CNI_MOD}"/*.go) ;;
   esac
   {
     echo "$1 ${goenv}"
@@ -55,7 +62,9 @@ key() {
 
 stale=()
 for t in "${tools[@]}"; do
-  if [ -x "${OUT_DIR}/${t}" ] && [ "$(cat "${OUT_DIR}/.${t}.stamp" 2>/dev/null)" = "$(key "${t}")" ]; then
+  bin=${OUT_DIR}/${t}
+  [ "${t}" != cni ] || bin=${OUT_DIR}/cni/bridge
+  if [ -x "${bin}" ] && [ "$(cat "${OUT_DIR}/.${t}.stamp" 2>/dev/null)" = "$(key "${t}")" ]; then
     continue
   fi
   stale+=("${t}")
@@ -101,10 +110,19 @@ build() {
   echo "build-tools: built $* in $((SECONDS - start))s"
 }
 
-kube=() etcd=()
+kube=() etcd=() cni=()
 for t in "${stale[@]}"; do
-  if [ "${module[${t}]}" = "${KUBE_MOD}" ]; then kube+=("${t}"); else etcd+=("${t}"); fi
+  if [ "${t}" = cni ]; then cni+=("${t}"); elif [ "${module[${t}]}" = "${KUBE_MOD}" ]; then kube+=("${t}"); else etcd+=("${t}"); fi
 done
+# The plugins go to a directory of their own (a runtime's CNI bin dir), static like the releases.
+if [ "${#cni[@]}" -gt 0 ]; then
+  rm -f "${OUT_DIR}/.cni.stamp"
+  mkdir -p "${OUT_DIR}/cni"
+  echo "build-tools: building the CNI plugins into ${OUT_DIR}/cni"
+  # shellcheck disable=SC2086 # the package list is several words
+  CGO_ENABLED=0 go build -C "${CNI_MOD}" -trimpath -ldflags "-s -w" -o "${OUT_DIR}/cni/" ${package[cni]}
+  key cni >"${OUT_DIR}/.cni.stamp"
+fi
 if [ "${#kube[@]}" -gt 0 ]; then
   ldflags=$(kube_ldflags)
   build "${KUBE_MOD}" "${ldflags}" "${kube[@]}"

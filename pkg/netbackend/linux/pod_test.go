@@ -23,16 +23,16 @@ import (
 )
 
 // buildPlugins builds the CNI bridge, host-local and portmap plugins from the module pinned in
-// hack/tools into a temporary directory.
+// hack/tools/cmd/cni into a temporary directory.
 func buildPlugins(t *testing.T) string {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools := filepath.Join(root, "hack", "tools")
+	tools := filepath.Join(root, "hack", "tools", "cmd", "cni")
 	if _, err := os.Stat(filepath.Join(tools, "go.mod")); err != nil {
-		t.Fatalf("hack/tools module not found: %v", err)
+		t.Fatalf("hack/tools/cmd/cni module not found: %v", err)
 	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {

@@ -1,0 +1,513 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/linux"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
+)
+
+// The runtime test: the built server with its bundled controller confined to a "node" network
+// namespace, the reference CNI plugins (hack/build-tools.sh cni) driven through libcni the way a
+// container runtime drives them, against the configuration lists the controller writes, and
+// "pods" that are network namespaces of their own. Then the faults a node sees, each measured
+// with a continuous ping.
+
+const pingInterval = 20 * time.Millisecond
+
+// node is the server process (restartable on the same data dir and port) and the namespace
+// its controller manages.
+type node struct {
+	t        *testing.T
+	ns       *netnstest.NS
+	dataDir  string
+	confDir  string
+	ipamDir  string
+	port     int
+	cmd      *exec.Cmd
+	exited   chan error
+	log      *bytes.Buffer
+	client   versioned.Interface
+	cni      *libcni.CNIConfig
+	pluginsD string
+}
+
+func (n *node) start() {
+	t := n.t
+	t.Helper()
+	n.log = &bytes.Buffer{}
+	n.cmd = exec.Command(tool(t, "SERVER", "network-apiserver"),
+		"--data-dir", n.dataDir, "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(n.port),
+		"--backend-netns", n.ns.Path, "--cni-conf-dir", n.confDir, "--cni-ipam-data-dir", n.ipamDir,
+		"--node-name", "e2e-node", "--controller-resync-period", "1s")
+	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n.exited = make(chan error, 1)
+	go func(cmd *exec.Cmd, exited chan error) { exited <- cmd.Wait() }(n.cmd, n.exited)
+	kubeconfig := filepath.Join(n.dataDir, "admin.kubeconfig")
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-n.exited:
+			n.exited <- err
+			return false, fmt.Errorf("network-apiserver exited: %v", err)
+		default:
+		}
+		if !strings.Contains(n.log.String(), "kubectl --kubeconfig "+kubeconfig) {
+			return false, nil
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return false, nil
+		}
+		n.client, err = versioned.NewForConfig(cfg)
+		if err != nil {
+			return false, err
+		}
+		_, err = n.client.SamplecrdV1().Networks("default").List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("network-apiserver not ready: %v\n%s", err, tail(n.log))
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (n *node) stop() {
+	t := n.t
+	t.Helper()
+	if n.cmd == nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-n.exited:
+		if err != nil {
+			t.Errorf("network-apiserver did not exit cleanly on SIGTERM: %v\n%s", err, tail(n.log))
+		}
+	case <-time.After(60 * time.Second):
+		_ = n.cmd.Process.Kill()
+		t.Errorf("network-apiserver still running 60s after SIGTERM")
+	}
+	n.cmd = nil
+}
+
+// waitReady waits until the Network's Ready condition is want for its latest generation.
+func (n *node) waitReady(name string, want metav1.ConditionStatus) *v1.Network {
+	n.t.Helper()
+	var got *v1.Network
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var err error
+		got, err = n.client.SamplecrdV1().Networks("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		c := meta.FindStatusCondition(got.Status.Conditions, "Ready")
+		return c != nil && c.Status == want && got.Status.ObservedGeneration == got.Generation, nil
+	})
+	if err != nil {
+		n.t.Fatalf("network %s never became Ready=%s: %v; status %+v", name, want, err, got)
+	}
+	return got
+}
+
+// pod is a network namespace attached to a Network through the CNI plugins.
+type pod struct {
+	id   string
+	ns   *netnstest.NS
+	ip   netip.Addr
+	list *libcni.NetworkConfigList
+	rt   *libcni.RuntimeConf
+	up   bool
+}
+
+// confList loads the Network's configuration list from the directory the way a runtime does.
+func (n *node) confList(key string) *libcni.NetworkConfigList {
+	n.t.Helper()
+	list, err := libcni.ConfListFromFile(linux.ConfPath(n.confDir, key))
+	if err != nil {
+		n.t.Fatalf("loading the configuration list of %s: %v", key, err)
+	}
+	return list
+}
+
+// inNode runs a CNI operation on a thread in the node's namespace: the plugins are started from
+// it and inherit it, as they would be from a runtime on the node.
+func (n *node) inNode(fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return netnstest.InNS(n.ns.Path, func() error { return fn(ctx) })
+}
+
+var loopback = []byte(`{"cniVersion":"1.1.0","name":"cni-loopback","type":"loopback"}`)
+
+// add creates a pod namespace and attaches it: loopback, then the Network's list (ADD).
+func (n *node) add(key, id string) *pod {
+	t := n.t
+	t.Helper()
+	ns := netnstest.New(t, "pod")
+	ns.DisableDAD(t)
+	p := &pod{id: id, ns: ns, list: n.confList(key), rt: &libcni.RuntimeConf{ContainerID: id, NetNS: ns.Path, IfName: "eth0"}}
+	lo, err := libcni.ConfFromBytes(loopback)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res *types100.Result
+	err = n.inNode(func(ctx context.Context) error {
+		loRT := &libcni.RuntimeConf{ContainerID: id, NetNS: ns.Path, IfName: "lo"}
+		if _, err := n.cni.AddNetwork(ctx, lo, loRT); err != nil {
+			return fmt.Errorf("loopback: %w", err)
+		}
+		r, err := n.cni.AddNetworkList(ctx, p.list, p.rt)
+		if err != nil {
+			return err
+		}
+		res, err = types100.NewResultFromResult(r)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("CNI ADD of %s to %s: %v", id, key, err)
+	}
+	p.up = true
+	t.Cleanup(func() {
+		if p.up {
+			_ = n.inNode(func(ctx context.Context) error { return n.cni.DelNetworkList(ctx, p.list, p.rt) })
+		}
+	})
+	if len(res.IPs) != 1 {
+		t.Fatalf("ADD of %s: %d addresses, want 1: %+v", id, len(res.IPs), res)
+	}
+	p.ip, _ = netip.AddrFromSlice(res.IPs[0].Address.IP)
+	p.ip = p.ip.Unmap()
+	return p
+}
+
+func (n *node) check(p *pod) error {
+	return n.inNode(func(ctx context.Context) error { return n.cni.CheckNetworkList(ctx, p.list, p.rt) })
+}
+
+func (n *node) del(p *pod) {
+	n.t.Helper()
+	if err := n.inNode(func(ctx context.Context) error { return n.cni.DelNetworkList(ctx, p.list, p.rt) }); err != nil {
+		n.t.Fatalf("CNI DEL of %s: %v", p.id, err)
+	}
+	p.up = false
+}
+
+// pingOnce expects a short ping from p to dst to get answers.
+func pingOnce(t *testing.T, what string, p *pod, dst netip.Addr) {
+	t.Helper()
+	pg := startPing(t, what, p.ns.Path, dst, pingInterval)
+	var s pingStats
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		pg.mu.Lock()
+		defer pg.mu.Unlock()
+		return len(pg.reply) >= 5, nil
+	})
+	s = pg.stop()
+	if err != nil {
+		t.Fatalf("%s: ping %s -> %s: %v", what, p.ip, dst, s)
+	}
+}
+
+type network struct {
+	name, key string
+	cidr      string
+	gateway   netip.Addr
+	pods      []*pod
+}
+
+func TestRuntimeAttachesPods(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
+	for _, p := range []string{"bridge", "host-local", "portmap", "loopback"} {
+		if _, err := os.Stat(filepath.Join(pluginDir, p)); err != nil {
+			t.Fatalf("CNI plugin %s not built (make test-e2e builds it: hack/build-tools.sh cni): %v", p, err)
+		}
+	}
+	nodeNS := netnstest.New(t, "node")
+	nodeNS.DisableDAD(t)
+	n := &node{t: t, ns: nodeNS, dataDir: t.TempDir(), confDir: t.TempDir(), ipamDir: t.TempDir(), port: freePort(t), pluginsD: pluginDir}
+	n.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDir}, t.TempDir(), nil)
+	n.start()
+	t.Cleanup(n.stop)
+	ctx := context.Background()
+
+	nets := []*network{
+		{name: "v4", cidr: "10.123.0.0/24", gateway: netip.MustParseAddr("10.123.0.1")},
+		{name: "v6", cidr: "fd00:123::/64", gateway: netip.MustParseAddr("fd00:123::1")},
+	}
+	for _, nw := range nets {
+		nw.key = "default/" + nw.name
+		if _, err := n.client.SamplecrdV1().Networks("default").Create(ctx, &v1.Network{
+			ObjectMeta: metav1.ObjectMeta{Name: nw.name}, Spec: v1.NetworkSpec{CIDR: nw.cidr},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, nw := range nets {
+		n.waitReady(nw.name, metav1.ConditionTrue)
+		// What a runtime checks before using a list: it parses, names plugins that exist and
+		// support its version, and advertises portMappings.
+		list := n.confList(nw.key)
+		if list.CNIVersion != "1.1.0" {
+			t.Errorf("%s: cniVersion %s, want 1.1.0", nw.key, list.CNIVersion)
+		}
+		var caps []string
+		if err := n.inNode(func(ctx context.Context) (err error) { caps, err = n.cni.ValidateNetworkList(ctx, list); return err }); err != nil {
+			t.Fatalf("%s: libcni validation: %v", nw.key, err)
+		}
+		if !strings.Contains(strings.Join(caps, ","), "portMappings") {
+			t.Errorf("%s: capabilities %v lack portMappings", nw.key, caps)
+		}
+	}
+
+	// ADD two pods per Network; CHECK every pod; each pod pings its gateway and its peer.
+	for _, nw := range nets {
+		for i := range 2 {
+			p := n.add(nw.key, fmt.Sprintf("%s-pod%d", nw.name, i))
+			prefix := netip.MustParsePrefix(nw.cidr)
+			if !prefix.Contains(p.ip) || p.ip == nw.gateway {
+				t.Fatalf("%s got %s: want an address of %s other than the gateway", p.id, p.ip, prefix)
+			}
+			nw.pods = append(nw.pods, p)
+		}
+	}
+	for _, nw := range nets {
+		for _, p := range nw.pods {
+			if err := n.check(p); err != nil {
+				t.Errorf("CNI CHECK of %s: %v", p.id, err)
+			}
+		}
+		pingOnce(t, nw.name+" gateway", nw.pods[0], nw.gateway)
+		pingOnce(t, nw.name+" peer", nw.pods[0], nw.pods[1].ip)
+		pingOnce(t, nw.name+" peer back", nw.pods[1], nw.pods[0].ip)
+	}
+
+	// measure pings gateway and peer from every Network's first pod while fault runs, then for
+	// another second, and returns the worst of the measurements.
+	measure := func(name string, fault func()) pingStats {
+		t.Helper()
+		var pingers []*pinger
+		for _, nw := range nets {
+			pingers = append(pingers,
+				startPing(t, nw.name+" gateway", nw.pods[0].ns.Path, nw.gateway, pingInterval),
+				startPing(t, nw.name+" peer", nw.pods[0].ns.Path, nw.pods[1].ip, pingInterval))
+		}
+		fault()
+		after := time.Now().Add(time.Second)
+		defer func() {
+			for _, pg := range pingers {
+				pg.halt()
+			}
+		}()
+		_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 2*time.Second, true, func(context.Context) (bool, error) {
+			return time.Now().After(after), nil
+		})
+		var worst pingStats
+		for _, pg := range pingers {
+			pg.halt()
+		}
+		for _, pg := range pingers {
+			s := pg.stop()
+			t.Logf("%s: %s: %s", name, pg.what, s)
+			worst.Sent += s.Sent
+			worst.Lost += s.Lost
+			worst.Outage = max(worst.Outage, s.Outage)
+			if !s.LastOK {
+				t.Errorf("%s: %s still lost pings at the end: %s", name, pg.what, s)
+			}
+		}
+		t.Logf("FAULT %s: %s (over %d pingers)", name, worst, len(pingers))
+		return worst
+	}
+
+	// Resync: the controller compares every Network with the node every second; 3s of it.
+	if s := measure("resync", func() {
+		deadline := time.Now().Add(3 * time.Second)
+		_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return time.Now().After(deadline), nil
+		})
+	}); s.Lost != 0 {
+		t.Errorf("resyncs lost pings: %s", s)
+	}
+
+	// A bridge deleted by hand: repaired, its ports attached again, the same MAC.
+	if s := measure("bridge deleted by hand", func() {
+		for _, nw := range nets {
+			bridge := netbackend.BridgeName(nw.key)
+			l, err := nodeNS.Netlink.LinkByName(bridge)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nodeNS.Netlink.LinkDel(l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, nw := range nets {
+			waitPorts(t, nodeNS, nw.key, len(nw.pods))
+		}
+	}); s.Outage > 2*time.Second {
+		t.Errorf("a hand-deleted bridge cut the pods off for %v, want at most 2s: %s", s.Outage, s)
+	}
+	for _, nw := range nets {
+		n.waitReady(nw.name, metav1.ConditionTrue)
+		l, _ := nodeNS.Netlink.LinkByName(netbackend.BridgeName(nw.key))
+		if l == nil || !bytes.Equal(l.Attrs().HardwareAddr, netbackend.BridgeMAC(nw.key)) {
+			t.Errorf("%s: bridge after the repair: %+v, want MAC %s", nw.key, l, netbackend.BridgeMAC(nw.key))
+		}
+		for _, p := range nw.pods {
+			if err := n.check(p); err != nil {
+				t.Errorf("CNI CHECK of %s after the repair: %v", p.id, err)
+			}
+		}
+	}
+
+	// A server restart (the controller with it): nothing on the node moves.
+	if s := measure("server restart", func() {
+		n.stop()
+		n.start()
+		for _, nw := range nets {
+			n.waitReady(nw.name, metav1.ConditionTrue)
+		}
+	}); s.Lost != 0 {
+		t.Errorf("a server restart lost pings: %s", s)
+	}
+
+	// DEL gives the addresses back.
+	for _, nw := range nets {
+		for _, p := range nw.pods {
+			lease := filepath.Join(n.ipamDir, linux.NetworkName(nw.key), p.ip.String())
+			if _, err := os.Stat(lease); err != nil {
+				t.Errorf("host-local lease of %s: %v", p.id, err)
+			}
+			n.del(p)
+			if _, err := os.Stat(lease); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("host-local lease of %s still there after DEL: %v", p.id, err)
+			}
+		}
+	}
+
+	// The reboot case: the configuration is on disk, the bridge is gone, and the runtime attaches
+	// pods before the controller runs, so the bridge plugin creates the bridge. The controller
+	// adopts it (not InterfaceNotOurs) and the pods keep working.
+	v4 := nets[0]
+	n.stop()
+	bridge := netbackend.BridgeName(v4.key)
+	if l, err := nodeNS.Netlink.LinkByName(bridge); err == nil {
+		if err := nodeNS.Netlink.LinkDel(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v4.pods = []*pod{n.add(v4.key, "boot-pod0"), n.add(v4.key, "boot-pod1")}
+	made, err := nodeNS.Netlink.LinkByName(bridge)
+	if err != nil || made.Attrs().Alias != "" {
+		t.Fatalf("the bridge plugin did not create an unmarked bridge: %v %+v", err, made)
+	}
+	n.start()
+	// The status said Ready=True before the reboot too: wait for the controller's mark first.
+	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		l, err := nodeNS.Netlink.LinkByName(bridge)
+		return err == nil && l.Attrs().Alias != "", nil
+	})
+	ready := n.waitReady(v4.name, metav1.ConditionTrue)
+	adopted, err := nodeNS.Netlink.LinkByName(bridge)
+	if err != nil || adopted.Attrs().Index != made.Attrs().Index || adopted.Attrs().Alias != linux.Alias(v4.key) {
+		t.Fatalf("after the controller ran: %v %+v; want the plugin's bridge (index %d) marked %q; status %+v", err, adopted.Attrs(), made.Attrs().Index, linux.Alias(v4.key), ready.Status)
+	}
+	if !bytes.Equal(adopted.Attrs().HardwareAddr, netbackend.BridgeMAC(v4.key)) {
+		t.Errorf("adopted bridge MAC %s, want %s", adopted.Attrs().HardwareAddr, netbackend.BridgeMAC(v4.key))
+	}
+	t.Logf("reboot: Ready=True, node entry %+v", ready.Status.Nodes)
+	pingOnce(t, "after adoption gateway", v4.pods[0], v4.gateway)
+	pingOnce(t, "after adoption peer", v4.pods[0], v4.pods[1].ip)
+	// A pod attached after the adoption passes CHECK (the ones attached before recorded the
+	// bridge's MAC of the time, which the adoption replaced with the fixed one).
+	late := n.add(v4.key, "boot-pod2")
+	if err := n.check(late); err != nil {
+		t.Errorf("CNI CHECK of a pod attached after the adoption: %v", err)
+	}
+	for _, p := range v4.pods {
+		if err := n.check(p); err != nil {
+			t.Logf("CNI CHECK of %s, attached before the adoption: %v", p.id, err)
+		}
+	}
+	for _, p := range append(v4.pods, late) {
+		n.del(p)
+	}
+
+	// Networks deleted: bridge, configuration and host-local's leftover state go.
+	for _, nw := range nets {
+		if _, err := os.Stat(filepath.Join(n.ipamDir, linux.NetworkName(nw.key))); err != nil {
+			t.Errorf("%s: host-local's directory: %v (the test expects leftovers to clean)", nw.key, err)
+		}
+		if err := n.client.SamplecrdV1().Networks("default").Delete(ctx, nw.name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, nw := range nets {
+		dir := filepath.Join(n.ipamDir, linux.NetworkName(nw.key))
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, getErr := n.client.SamplecrdV1().Networks("default").Get(ctx, nw.name, metav1.GetOptions{})
+			_, linkErr := nodeNS.Netlink.LinkByName(netbackend.BridgeName(nw.key))
+			_, confErr := os.Stat(linux.ConfPath(n.confDir, nw.key))
+			_, dirErr := os.Stat(dir)
+			return apierrors.IsNotFound(getErr) && errors.As(linkErr, new(netlink.LinkNotFoundError)) &&
+				errors.Is(confErr, os.ErrNotExist) && errors.Is(dirErr, os.ErrNotExist), nil
+		})
+		if err != nil {
+			t.Errorf("%s: Network, bridge, configuration or host-local state %s left after the delete: %v", nw.key, dir, err)
+		}
+	}
+}
+
+// waitPorts waits until key's bridge exists, marked, with want ports.
+func waitPorts(t *testing.T, ns *netnstest.NS, key string, want int) {
+	t.Helper()
+	bridge := netbackend.BridgeName(key)
+	var got int
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		br, err := ns.Netlink.LinkByName(bridge)
+		if err != nil || br.Attrs().Alias != linux.Alias(key) {
+			return false, nil
+		}
+		links, err := ns.Netlink.LinkList()
+		if err != nil {
+			return false, err
+		}
+		got = 0
+		for _, l := range links {
+			if l.Attrs().MasterIndex == br.Attrs().Index {
+				got++
+			}
+		}
+		return got == want, nil
+	})
+	if err != nil {
+		t.Fatalf("bridge %s of %s has %d ports, want %d: %v", bridge, key, got, want, err)
+	}
+}
