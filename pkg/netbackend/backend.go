@@ -119,6 +119,9 @@ const (
 	// ReasonPortsDetached: ports of the Network's bridge (pods' veths) lost their bridge and
 	// could not be attached again; those pods are cut off.
 	ReasonPortsDetached = "PortsDetached"
+	// ReasonGatewayChangeBlocked: spec.gateway changed while pods are attached on the node; they
+	// have the old gateway as their default route, so the node keeps it until they are gone.
+	ReasonGatewayChangeBlocked = "GatewayChangeBlocked"
 )
 
 // Error is a failure with a reason for the Network's status.

@@ -119,6 +119,13 @@ func (n *node) stop() {
 // waitReady waits until the Network's Ready condition is want for its latest generation.
 func (n *node) waitReady(name string, want metav1.ConditionStatus) *v1.Network {
 	n.t.Helper()
+	return n.waitReason(name, want, "")
+}
+
+// waitReason waits until the Network's Ready condition is want, with reason unless it is "",
+// for its latest generation.
+func (n *node) waitReason(name string, want metav1.ConditionStatus, reason string) *v1.Network {
+	n.t.Helper()
 	var got *v1.Network
 	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
@@ -127,10 +134,10 @@ func (n *node) waitReady(name string, want metav1.ConditionStatus) *v1.Network {
 			return false, nil
 		}
 		c := meta.FindStatusCondition(got.Status.Conditions, "Ready")
-		return c != nil && c.Status == want && got.Status.ObservedGeneration == got.Generation, nil
+		return c != nil && c.Status == want && (reason == "" || c.Reason == reason) && got.Status.ObservedGeneration == got.Generation, nil
 	})
 	if err != nil {
-		n.t.Fatalf("network %s never became Ready=%s: %v; status %+v", name, want, err, got)
+		n.t.Fatalf("network %s never became Ready=%s %s: %v; status %+v", name, want, reason, err, got)
 	}
 	return got
 }
@@ -398,6 +405,25 @@ func TestRuntimeAttachesPods(t *testing.T) {
 		t.Errorf("a server restart lost pings: %s", s)
 	}
 
+	// A new gateway while pods are attached: the node keeps the old one (the pods' default route)
+	// and says so; the pods lose nothing. It moves once the pods are gone (below).
+	v4 := nets[0]
+	newGateway := netip.MustParseAddr("10.123.0.254")
+	if s := measure("gateway changed with pods attached", func() {
+		nw, err := n.client.SamplecrdV1().Networks("default").Get(ctx, v4.name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nw.Spec.Gateway = newGateway.String()
+		if _, err := n.client.SamplecrdV1().Networks("default").Update(ctx, nw, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		blocked := n.waitReason(v4.name, metav1.ConditionFalse, netbackend.ReasonGatewayChangeBlocked)
+		t.Logf("gateway change with pods attached: %+v", blocked.Status.Nodes)
+	}); s.Lost != 0 {
+		t.Errorf("a gateway change with pods attached lost pings: %s", s)
+	}
+
 	// DEL gives the addresses back.
 	for _, nw := range nets {
 		for _, p := range nw.pods {
@@ -412,10 +438,18 @@ func TestRuntimeAttachesPods(t *testing.T) {
 		}
 	}
 
+	// No pods left: the gateway moves.
+	n.waitReady(v4.name, metav1.ConditionTrue)
+	if l, err := nodeNS.Netlink.LinkByName(netbackend.BridgeName(v4.key)); err != nil {
+		t.Fatal(err)
+	} else if a, _ := nodeNS.Netlink.AddrList(l, netlink.FAMILY_V4); len(a) != 1 || a[0].IP.String() != newGateway.String() {
+		t.Fatalf("bridge addresses after the pods left: %v, want %s", a, newGateway)
+	}
+	v4.gateway = newGateway
+
 	// The reboot case: the configuration is on disk, the bridge is gone, and the runtime attaches
 	// pods before the controller runs, so the bridge plugin creates the bridge. The controller
 	// adopts it (not InterfaceNotOurs) and the pods keep working.
-	v4 := nets[0]
 	n.stop()
 	bridge := netbackend.BridgeName(v4.key)
 	if l, err := nodeNS.Netlink.LinkByName(bridge); err == nil {

@@ -147,6 +147,23 @@ func RenderConfig(d netbackend.Desired, ipamDataDir string) ([]byte, error) {
 	return out, nil
 }
 
+// configuredGateway returns the gateway a configuration list of ours gives the pods.
+func configuredGateway(content []byte) (netip.Addr, bool) {
+	var list struct {
+		Plugins []struct {
+			IPAM struct {
+				Ranges [][]rangeConf `json:"ranges"`
+			} `json:"ipam"`
+		} `json:"plugins"`
+	}
+	if content == nil || json.Unmarshal(content, &list) != nil || len(list.Plugins) == 0 ||
+		len(list.Plugins[0].IPAM.Ranges) == 0 || len(list.Plugins[0].IPAM.Ranges[0]) == 0 {
+		return netip.Addr{}, false
+	}
+	gw, err := netip.ParseAddr(list.Plugins[0].IPAM.Ranges[0][0].Gateway)
+	return gw, err == nil
+}
+
 // KeyOfConfig returns the key recorded in a configuration list, "" when it records none.
 func KeyOfConfig(content []byte) string {
 	var marker struct {

@@ -379,14 +379,6 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	if err != nil {
 		return nil, fail(err, "looking up bridge %s of network %s", name, d.Key)
 	}
-	adopt := false
-	if link != nil && !isOurs(link, d.Key) {
-		if adopt, err = b.adoptable(link, d); err != nil {
-			return nil, fail(err, "listing the addresses of %s", name)
-		} else if !adopt {
-			return nil, b.notOurs(link, d.Key)
-		}
-	}
 	existing, state, err := readConfig(b.cfg.CNIConfDir, d.Key)
 	if err != nil {
 		return nil, fail(err, "reading the CNI configuration of network %s", d.Key)
@@ -394,6 +386,32 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	if state == confForeign {
 		return nil, netbackend.Errorf(netbackend.ReasonNotOurs,
 			"CNI configuration %s exists and does not record network %s in %q; leaving it alone", confPath, d.Key, KeyField)
+	}
+	// A new gateway waits while pods are attached: each has the configured one as its default
+	// route (from its CNI ADD), and moving the address off the bridge would cut them off.
+	var blocked error
+	if old, ok := configuredGateway(existing); state == confOurs && ok && old != d.Gateway && d.Prefix.Contains(old) {
+		attached, err := b.attachedPorts(link, d.Key)
+		if err != nil {
+			return nil, fail(err, "listing links")
+		}
+		if len(attached) > 0 {
+			blocked = netbackend.Errorf(netbackend.ReasonGatewayChangeBlocked,
+				"gateway of network %s moves from %s to %s, but %d pod(s) attached to bridge %s (%s) have %s as their default route; the node keeps %s until they are detached",
+				d.Key, old, d.Gateway, len(attached), name, strings.Join(attached, ", "), old, old)
+			d.Gateway = old
+			if conf, err = RenderConfig(d, b.cfg.IPAMDataDir); err != nil {
+				return nil, netbackend.Errorf(netbackend.ReasonBackendError, "%v", err)
+			}
+		}
+	}
+	adopt := false
+	if link != nil && !isOurs(link, d.Key) {
+		if adopt, err = b.adoptable(link, d); err != nil {
+			return nil, fail(err, "listing the addresses of %s", name)
+		} else if !adopt {
+			return nil, b.notOurs(link, d.Key)
+		}
 	}
 
 	var changes []string
@@ -452,7 +470,49 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 		changes = append(changes, fmt.Sprintf("wrote CNI configuration %s", confPath))
 	}
 	portChanges, err := b.ensurePorts(link, d.Key)
-	return append(changes, portChanges...), err
+	changes = append(changes, portChanges...)
+	if err == nil {
+		err = blocked
+	}
+	return changes, err
+}
+
+// attachedPorts returns the names of the ports of link (nil: none yet) and of the remembered
+// ports of key that exist without a master (to be attached again): the pods on the bridge.
+func (b *Backend) attachedPorts(link netlink.Link, key string) ([]string, error) {
+	links, err := dump(b.h.LinkList)
+	if err != nil {
+		return nil, err
+	}
+	ports := map[int]string{}
+	if link != nil {
+		ports = portsOf(links, link.Attrs().Index)
+	}
+	remembered := b.rememberedPorts(key)
+	for _, l := range links {
+		a := l.Attrs()
+		if n, ok := remembered[a.Index]; ok && n == a.Name && a.MasterIndex == 0 {
+			ports[a.Index] = a.Name
+		}
+	}
+	return sortedNames(ports), nil
+}
+
+// leaseHolder returns the container ID to which host-local leased ip in key's network, "" when
+// none: host-local records a lease as a file named by the address in its network's directory.
+func (b *Backend) leaseHolder(key string, ip netip.Addr) string {
+	dir := b.cfg.IPAMDataDir
+	if dir == "" {
+		dir = DefaultIPAMDataDir
+	}
+	content, err := os.ReadFile(filepath.Join(dir, NetworkName(key), ip.String()))
+	if err != nil {
+		return ""
+	}
+	if id, _, _ := strings.Cut(strings.TrimSpace(string(content)), "\n"); strings.TrimSpace(id) != "" {
+		return strings.TrimSpace(id)
+	}
+	return "(unknown container)"
 }
 
 // adoptable tells whether link, a bridge with key's bridge name that is not marked as ours, is
@@ -638,6 +698,10 @@ func (b *Backend) ensureAddress(link netlink.Link, d netbackend.Desired) ([]stri
 	}
 	if slices.Contains(addrs, want) {
 		return changes, nil
+	}
+	if holder := b.leaseHolder(d.Key, d.Gateway); holder != "" {
+		return changes, netbackend.Errorf(netbackend.ReasonAddressInUse,
+			"gateway %s of network %s is leased by host-local to container %s; not adding it to bridge %s", d.Gateway, d.Key, holder, name)
 	}
 	if holder, err := b.addressHolder(d.Gateway, link.Attrs().Index); err != nil {
 		return changes, fail(err, "listing the addresses of the namespace")

@@ -5,6 +5,8 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -242,4 +244,63 @@ func TestWatchReportsPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.expect(t, d.Key, "a port left")
+}
+
+// TestGatewayChangeWaitsForPods: a new spec.gateway is not carried out while pods are attached
+// (each has the configured gateway as its default route): Ensure keeps the old address and
+// configuration and reports GatewayChangeBlocked; once the pods are gone it moves the gateway.
+// A new gateway that host-local leased to a pod is AddressInUse.
+func TestGatewayChangeWaitsForPods(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	ipamDir := t.TempDir()
+	e.b = e.newBackend(Config{IPAMDataDir: ipamDir})
+	d := desired4("default/gw")
+	bridge := netbackend.BridgeName(d.Key)
+	e.ensure(d)
+	confBefore := mustRead(t, ConfPath(e.confDir, d.Key))
+	port := e.ns.addVeth(t, "podgw", "podgwpeer", "")
+	if err := e.ns.nl.LinkSetMaster(port, e.ns.link(t, bridge)); err != nil {
+		t.Fatal(err)
+	}
+
+	moved := d
+	moved.Gateway = netip.MustParseAddr("10.99.0.254")
+	_, err := e.b.Ensure(ctx, moved)
+	if netbackend.ReasonOf(err) != netbackend.ReasonGatewayChangeBlocked || !strings.Contains(err.Error(), "podgw") {
+		t.Fatalf("Ensure with a pod attached: %v, want %s naming podgw", err, netbackend.ReasonGatewayChangeBlocked)
+	}
+	if got := e.ns.globalAddrs(t, bridge); len(got) != 1 || got[0] != netip.MustParsePrefix("10.99.0.1/24") {
+		t.Errorf("bridge addresses %v while blocked, want the old gateway only", got)
+	}
+	if got := mustRead(t, ConfPath(e.confDir, d.Key)); !bytes.Equal(got, confBefore) {
+		t.Errorf("configuration rewritten while blocked:\n%s", got)
+	}
+
+	// host-local leased the new gateway to a pod meanwhile: refused.
+	if err := e.ns.nl.LinkDel(e.ns.link(t, "podgw")); err != nil {
+		t.Fatal(err)
+	}
+	leases := filepath.Join(ipamDir, NetworkName(d.Key))
+	if err := os.MkdirAll(leases, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lease := filepath.Join(leases, "10.99.0.254")
+	if err := os.WriteFile(lease, []byte("pod-7\r\neth0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.b.Ensure(ctx, moved)
+	if netbackend.ReasonOf(err) != netbackend.ReasonAddressInUse || !strings.Contains(err.Error(), "pod-7") {
+		t.Fatalf("Ensure onto a leased gateway: %v, want %s naming pod-7", err, netbackend.ReasonAddressInUse)
+	}
+	if err := os.Remove(lease); err != nil {
+		t.Fatal(err)
+	}
+	changes, err := e.b.Ensure(ctx, moved)
+	if err != nil || !hasChange(changes, "added address 10.99.0.254/24") || !hasChange(changes, "wrote CNI configuration") {
+		t.Fatalf("Ensure with no pods attached: %q, %v; want the gateway moved", changes, err)
+	}
+	if gw, _ := configuredGateway(mustRead(t, ConfPath(e.confDir, d.Key))); gw != moved.Gateway {
+		t.Errorf("configured gateway %v, want %v", gw, moved.Gateway)
+	}
 }
