@@ -43,6 +43,7 @@ type NetworkNodeStatus struct {
 	Reason             string
 	Message            string
 	ObservedGeneration int64
+	Attachments        int32
 }
 
 // ConditionReady is the condition type that says whether the Network is realised.

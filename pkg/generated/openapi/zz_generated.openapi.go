@@ -255,6 +255,13 @@ func schema_pkg_apis_samplecrd_v1_NetworkNodeStatus(ref common.ReferenceCallback
 							Format:      "int64",
 						},
 					},
+					"attachments": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Attachments is the number of pods attached to the Network on the node (ports of its bridge). A Network being deleted keeps its finalizer samplecrd.k8s.io/network-protection, and the node its bridge and CNI configuration, while any node reports attachments.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 				Required: []string{"nodeName", "ready"},
 			},
@@ -513,6 +520,13 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkNodeStatus(ref common.ReferenceCal
 							Description: "ObservedGeneration is the metadata.generation the node last acted on.",
 							Type:        []string{"integer"},
 							Format:      "int64",
+						},
+					},
+					"attachments": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Attachments is the number of pods attached to the Network on the node (ports of its bridge). A Network being deleted keeps its finalizer samplecrd.k8s.io/network-protection, and the node its bridge and CNI configuration, while any node reports attachments.",
+							Type:        []string{"integer"},
+							Format:      "int32",
 						},
 					},
 				},

@@ -83,6 +83,11 @@ type NetworkNodeStatus struct {
 	// ObservedGeneration is the metadata.generation the node last acted on.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,6,opt,name=observedGeneration"`
+	// Attachments is the number of pods attached to the Network on the node (ports of its
+	// bridge). A Network being deleted keeps its finalizer samplecrd.k8s.io/network-protection,
+	// and the node its bridge and CNI configuration, while any node reports attachments.
+	// +optional
+	Attachments int32 `json:"attachments,omitempty" protobuf:"varint,7,opt,name=attachments"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -69,6 +69,9 @@ func validateNodes(nodes []samplecrd.NetworkNodeStatus, path *field.Path) field.
 		if node.ObservedGeneration < 0 {
 			allErrs = append(allErrs, field.Invalid(p.Child("observedGeneration"), node.ObservedGeneration, "must not be negative"))
 		}
+		if node.Attachments < 0 {
+			allErrs = append(allErrs, field.Invalid(p.Child("attachments"), node.Attachments, "must not be negative"))
+		}
 		if len(node.Message) > maxNodeMessageLength {
 			allErrs = append(allErrs, field.TooLong(p.Child("message"), "", maxNodeMessageLength))
 		}

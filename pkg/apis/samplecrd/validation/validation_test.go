@@ -427,6 +427,13 @@ func TestValidateNetworkStatusUpdate(t *testing.T) {
 			},
 		},
 		{
+			name: "node with negative attachments",
+			update: func(n *samplecrd.Network) {
+				n.Status.Nodes = []samplecrd.NetworkNodeStatus{{NodeName: "node-a", Attachments: -2}}
+			},
+			want: []wantErr{{field.ErrorTypeInvalid, "status.nodes[0].attachments", "must not be negative"}},
+		},
+		{
 			name:   "metadata is validated",
 			update: func(n *samplecrd.Network) { n.Namespace = "other" },
 			want:   []wantErr{{field.ErrorTypeInvalid, "metadata.namespace", "immutable"}},

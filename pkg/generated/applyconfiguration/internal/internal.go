@@ -63,6 +63,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkNodeStatus
   map:
     fields:
+    - name: attachments
+      type:
+        scalar: numeric
     - name: bridge
       type:
         scalar: string

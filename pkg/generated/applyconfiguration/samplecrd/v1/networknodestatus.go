@@ -35,6 +35,10 @@ type NetworkNodeStatusApplyConfiguration struct {
 	Message *string `json:"message,omitempty"`
 	// ObservedGeneration is the metadata.generation the node last acted on.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
+	// Attachments is the number of pods attached to the Network on the node (ports of its
+	// bridge). A Network being deleted keeps its finalizer samplecrd.k8s.io/network-protection,
+	// and the node its bridge and CNI configuration, while any node reports attachments.
+	Attachments *int32 `json:"attachments,omitempty"`
 }
 
 // NetworkNodeStatusApplyConfiguration constructs a declarative configuration of the NetworkNodeStatus type for use with
@@ -88,5 +92,13 @@ func (b *NetworkNodeStatusApplyConfiguration) WithMessage(value string) *Network
 // If called multiple times, the ObservedGeneration field is set to the value of the last call.
 func (b *NetworkNodeStatusApplyConfiguration) WithObservedGeneration(value int64) *NetworkNodeStatusApplyConfiguration {
 	b.ObservedGeneration = &value
+	return b
+}
+
+// WithAttachments sets the Attachments field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Attachments field is set to the value of the last call.
+func (b *NetworkNodeStatusApplyConfiguration) WithAttachments(value int32) *NetworkNodeStatusApplyConfiguration {
+	b.Attachments = &value
 	return b
 }
