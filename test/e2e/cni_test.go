@@ -490,11 +490,11 @@ func TestRuntimeAttachesPods(t *testing.T) {
 			t.Logf("CNI CHECK of %s, attached before the adoption: %v", p.id, err)
 		}
 	}
-	for _, p := range append(v4.pods, late) {
-		n.del(p)
-	}
+	v4.pods = append(v4.pods, late)
 
-	// Networks deleted: bridge, configuration and host-local's leftover state go.
+	// Networks deleted. v4 still has three pods: it is kept (its finalizer), and so are its bridge
+	// and configuration, so that the runtime can DEL the pods; then it goes. Bridge,
+	// configuration and host-local's leftover state go with each Network.
 	for _, nw := range nets {
 		if _, err := os.Stat(filepath.Join(n.ipamDir, linux.NetworkName(nw.key))); err != nil {
 			t.Errorf("%s: host-local's directory: %v (the test expects leftovers to clean)", nw.key, err)
@@ -502,6 +502,27 @@ func TestRuntimeAttachesPods(t *testing.T) {
 		if err := n.client.SamplecrdV1().Networks("default").Delete(ctx, nw.name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	var held *v1.Network
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		held, err = n.client.SamplecrdV1().Networks("default").Get(ctx, v4.name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(held.Status.Conditions, "Ready")
+		return held.DeletionTimestamp != nil && len(held.Status.Nodes) == 1 && held.Status.Nodes[0].Attachments == 3 &&
+			c != nil && c.Reason == "Terminating", nil
+	})
+	if err != nil {
+		t.Fatalf("a Network with pods attached, deleted: %v; %+v", err, held)
+	}
+	t.Logf("deleted with pods attached: finalizers %v, node entry %+v", held.Finalizers, held.Status.Nodes)
+	if _, err := os.Stat(linux.ConfPath(n.confDir, v4.key)); err != nil {
+		t.Fatalf("the configuration went while pods are attached: %v", err)
+	}
+	pingOnce(t, "while the Network is being deleted", v4.pods[0], v4.pods[1].ip)
+	for _, p := range v4.pods {
+		n.del(p)
 	}
 	for _, nw := range nets {
 		dir := filepath.Join(n.ipamDir, linux.NetworkName(nw.key))

@@ -5,6 +5,7 @@ package network
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
@@ -172,20 +174,31 @@ func (c *Controller) sync(ctx context.Context, key string) (string, error) {
 		return "error", err
 	}
 	n, err := c.lister.Networks(namespace).Get(name)
-	if apierrors.IsNotFound(err) || (err == nil && n.DeletionTimestamp != nil) {
+	if apierrors.IsNotFound(err) {
 		return c.remove(ctx, key)
 	}
 	if err != nil {
 		return "error", err
 	}
+	if n.DeletionTimestamp != nil {
+		return c.terminate(ctx, key, n)
+	}
+	// The finalizer goes on before the configuration is written, so no pod can attach to a
+	// Network that is not protected.
+	if !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+		if n, err = c.setFinalizer(ctx, n, true); err != nil {
+			return "error", err
+		}
+	}
 
 	desired, err := desiredOf(key, n)
 	if err != nil {
-		return "error", c.report(ctx, n, nil, err)
+		_, err = c.report(ctx, n, 0, err)
+		return "error", err
 	}
 	before, observeErr := c.backend.Observe(ctx, key)
 	changes, ensureErr := c.backend.Ensure(ctx, desired)
-	if err := c.report(ctx, n, changes, ensureErr); err != nil {
+	if _, err := c.report(ctx, n, c.attachments(ctx, key), ensureErr); err != nil {
 		return "error", err
 	}
 	if ensureErr != nil {
@@ -222,6 +235,85 @@ func desiredOf(key string, n *v1.Network) (netbackend.Desired, error) {
 // traffic leaving the prefix (ipMasq in the configuration list); absent or anything else, off.
 const IPMasqAnnotation = "samplecrd.k8s.io/ip-masq"
 
+// ProtectionFinalizer keeps a Network that is being deleted while any node reports pods
+// attached to it, the way Kubernetes protects a PersistentVolumeClaim in use: the node keeps the
+// bridge and the CNI configuration, so the runtime can still DEL its pods (and host-local
+// release their addresses), and the Network goes once every node reports none.
+const ProtectionFinalizer = "samplecrd.k8s.io/network-protection"
+
+// ReasonTerminating is a node's reason while the Network it serves is being deleted.
+const ReasonTerminating = "Terminating"
+
+// attachments returns the number of pods attached to key's bridge on this node (0 when unknown).
+func (c *Controller) attachments(ctx context.Context, key string) int32 {
+	a, err := c.backend.Observe(ctx, key)
+	if err != nil || a == nil {
+		return 0
+	}
+	return int32(len(a.Ports))
+}
+
+// terminate handles a Network being deleted: while pods are attached on this node it keeps (and
+// repairs) the bridge and configuration and reports them; with none it reports zero and, when
+// every node's entry says zero, removes the finalizer, after which the Network goes and the
+// node's part is removed like any deleted Network's.
+func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (string, error) {
+	if !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+		return c.remove(ctx, key) // only other finalizers remain: this node's part goes now
+	}
+	count := c.attachments(ctx, key)
+	if count > 0 {
+		var failure error
+		if desired, err := desiredOf(key, n); err == nil {
+			_, failure = c.backend.Ensure(ctx, desired)
+		}
+		if failure == nil {
+			failure = netbackend.Errorf(ReasonTerminating,
+				"the Network is being deleted but %d pod(s) are attached on node %s; the bridge and CNI configuration stay until the runtime detaches them", count, c.opts.NodeName)
+		}
+		if _, err := c.report(ctx, n, count, failure); err != nil {
+			return "error", err
+		}
+		return "terminating", nil
+	}
+	updated, err := c.report(ctx, n, 0, netbackend.Errorf(ReasonTerminating,
+		"the Network is being deleted; no pods are attached on node %s", c.opts.NodeName))
+	if err != nil || updated == nil {
+		return "error", err
+	}
+	for _, entry := range updated.Status.Nodes {
+		if entry.Attachments > 0 {
+			klog.FromContext(ctx).V(2).Info("Deletion waits for pods on another node", "network", key, "node", entry.NodeName, "attachments", entry.Attachments)
+			return "terminating", nil
+		}
+	}
+	if _, err := c.setFinalizer(ctx, updated, false); err != nil {
+		return "error", err
+	}
+	klog.FromContext(ctx).Info("No pods attached on any node; released the Network for deletion", "network", key)
+	return "terminating", nil
+}
+
+// setFinalizer adds (add) or removes ProtectionFinalizer with a merge patch conditional on the
+// Network's resourceVersion, and returns the patched Network.
+func (c *Controller) setFinalizer(ctx context.Context, n *v1.Network, add bool) (*v1.Network, error) {
+	finalizers := slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == ProtectionFinalizer })
+	if add {
+		finalizers = append(finalizers, ProtectionFinalizer)
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"finalizers": finalizers, "resourceVersion": n.ResourceVersion,
+	}})
+	if err != nil {
+		return nil, err
+	}
+	patched, err := c.client.SamplecrdV1().Networks(n.Namespace).Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return n, nil
+	}
+	return patched, err
+}
+
 func (c *Controller) remove(ctx context.Context, key string) (string, error) {
 	if actual, err := c.backend.Observe(ctx, key); err == nil && actual == nil {
 		return "in_sync", nil
@@ -233,24 +325,26 @@ func (c *Controller) remove(ctx context.Context, key string) (string, error) {
 	return "removed", nil
 }
 
-// report applies this node's status entry, unless it already says the same.
-func (c *Controller) report(ctx context.Context, n *v1.Network, changes []string, failure error) error {
+// report applies this node's status entry, unless it already says the same, and returns the
+// Network as it is afterwards (nil when it is gone).
+func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int32, failure error) (*v1.Network, error) {
 	entry := v1.NetworkNodeStatus{
 		NodeName:           c.opts.NodeName,
 		Bridge:             netbackend.BridgeName(n.Namespace + "/" + n.Name),
 		Ready:              failure == nil,
 		ObservedGeneration: n.Generation,
 		Message:            "bridge and CNI configuration match the spec",
+		Attachments:        attachments,
 	}
 	if failure != nil {
 		entry.Reason, entry.Message = netbackend.ReasonOf(failure), failure.Error()
 	}
 	for _, current := range n.Status.Nodes {
 		if current == entry {
-			return nil
+			return n, nil
 		}
 	}
-	if failure != nil {
+	if failure != nil && netbackend.ReasonOf(failure) != ReasonTerminating {
 		c.event(n, "Warning", EventFailed, fmt.Sprintf("node %s: %v", c.opts.NodeName, failure))
 	}
 	apply := applyv1.Network(n.Name, n.Namespace).WithStatus(applyv1.NetworkStatus().WithNodes(
@@ -260,13 +354,14 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, changes []string
 			WithReady(entry.Ready).
 			WithReason(entry.Reason).
 			WithMessage(entry.Message).
-			WithObservedGeneration(entry.ObservedGeneration)))
-	_, err := c.client.SamplecrdV1().Networks(n.Namespace).ApplyStatus(ctx, apply,
+			WithObservedGeneration(entry.ObservedGeneration).
+			WithAttachments(entry.Attachments)))
+	updated, err := c.client.SamplecrdV1().Networks(n.Namespace).ApplyStatus(ctx, apply,
 		metav1.ApplyOptions{FieldManager: FieldManagerPrefix + c.opts.NodeName, Force: true})
 	if apierrors.IsNotFound(err) {
-		return nil // deleted meanwhile; the delete event removes it from the node
+		return nil, nil // deleted meanwhile; the delete event removes it from the node
 	}
-	return err
+	return updated, err
 }
 
 // collectGarbage removes what is ours on the node but has no Network any more.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -373,5 +374,88 @@ func TestRunWaitsForItsGoroutinesBeforeReturning(t *testing.T) {
 	defer backend.mu.Unlock()
 	if len(backend.misuses) > 0 || backend.inUse != 0 {
 		t.Fatalf("Run returned while the backend was in use: %v (%d calls under way)", backend.misuses, backend.inUse)
+	}
+}
+
+// TestFinalizerProtectsNetworksInUse: the controller puts samplecrd.k8s.io/network-protection on
+// a Network before its configuration exists, reports the pods attached on the node in its
+// status entry, and while a Network being deleted has pods attached keeps the bridge and
+// configuration (so the runtime can still DEL them) and the finalizer; once none are attached
+// on any node it removes the finalizer.
+func TestFinalizerProtectsNetworksInUse(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	n := f.refresh("web")
+	if !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+		t.Fatalf("finalizers %v, want %s", n.Finalizers, ProtectionFinalizer)
+	}
+
+	// Two pods attach: the node's entry counts them.
+	f.backend.SetPorts("team/web", "veth1", "veth2")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 2 || !applied[0].Ready {
+		t.Fatalf("status with two pods attached: %+v", applied)
+	}
+
+	// Deleted with pods attached: kept, bridge and configuration too, and the status says why.
+	n = f.refresh("web")
+	now := metav1.Now()
+	n.DeletionTimestamp = &now
+	if err := f.indexer.Update(n); err != nil {
+		t.Fatal(err)
+	}
+	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
+		t.Fatalf("sync of a Network being deleted with pods attached: %s, %v", result, err)
+	}
+	if a := f.backend.Get("team/web"); a == nil || a.Bridge == "" || a.CNIConfig == nil {
+		t.Fatalf("the bridge or configuration went while pods are attached: %+v", a)
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || applied[0].Ready || applied[0].Reason != ReasonTerminating || applied[0].Attachments != 2 {
+		t.Fatalf("status while deletion waits: %+v", applied)
+	}
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+		t.Fatalf("finalizer removed with pods attached: %v", n.Finalizers)
+	}
+
+	// Another node still has a pod: this node's pods leave, the finalizer stays.
+	n = f.refresh("web")
+	n.Status.Nodes = append(n.Status.Nodes, v1.NetworkNodeStatus{NodeName: "node-b", Ready: true, Attachments: 1})
+	if _, err := f.client.SamplecrdV1().Networks("team").UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n = f.refresh("web")
+	n.DeletionTimestamp = &now
+	_ = f.indexer.Update(n)
+	f.backend.SetPorts("team/web")
+	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
+		t.Fatalf("sync with pods on another node: %s, %v", result, err)
+	}
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+		t.Fatalf("finalizer removed while node-b reports a pod: %v", n.Finalizers)
+	}
+
+	// node-b's pod leaves too: released.
+	n = f.refresh("web")
+	for i := range n.Status.Nodes {
+		if n.Status.Nodes[i].NodeName == "node-b" {
+			n.Status.Nodes[i].Attachments = 0
+		}
+	}
+	if _, err := f.client.SamplecrdV1().Networks("team").UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n = f.refresh("web")
+	n.DeletionTimestamp = &now
+	_ = f.indexer.Update(n)
+	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
+		t.Fatalf("sync with no pods anywhere: %s, %v", result, err)
+	}
+	if n := f.refresh("web"); slices.Contains(n.Finalizers, ProtectionFinalizer) {
+		t.Fatalf("finalizer kept with no pods attached anywhere: %v", n.Finalizers)
 	}
 }

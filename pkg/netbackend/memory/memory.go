@@ -278,6 +278,16 @@ func (b *Backend) SetAddresses(key string, addrs ...netip.Prefix) bool {
 	})
 }
 
+// SetPorts simulates pods attached to key's bridge (their veths its ports), as a runtime's
+// CNI ADD and DEL change them. Watchers are notified.
+func (b *Backend) SetPorts(key string, ports ...string) bool {
+	return b.drift(key, func(a *netbackend.Actual) {
+		if a.Bridge != "" {
+			a.Ports = slices.Clone(ports)
+		}
+	})
+}
+
 // DeleteConfig simulates key's CNI configuration deleted by hand.
 func (b *Backend) DeleteConfig(key string) bool {
 	return b.drift(key, func(a *netbackend.Actual) { a.CNIConfig = nil })
@@ -367,5 +377,6 @@ func clone(a *netbackend.Actual) *netbackend.Actual {
 	c := *a
 	c.Addresses = slices.Clone(a.Addresses)
 	c.CNIConfig = slices.Clone(a.CNIConfig)
+	c.Ports = slices.Clone(a.Ports)
 	return &c
 }
