@@ -305,6 +305,11 @@ func TestRuntimeAttachesPods(t *testing.T) {
 		}
 	}
 	for _, nw := range nets {
+		// The bridge keeps its own fixed MAC whatever ports it has (a kernel-chosen one follows
+		// the lowest port MAC, which breaks CHECK and the pods' neighbour entries).
+		if l, err := nodeNS.Netlink.LinkByName(netbackend.BridgeName(nw.key)); err != nil || !bytes.Equal(l.Attrs().HardwareAddr, netbackend.BridgeMAC(nw.key)) {
+			t.Errorf("%s: bridge MAC with pods attached: %v %v, want %s", nw.key, l, err, netbackend.BridgeMAC(nw.key))
+		}
 		for _, p := range nw.pods {
 			if err := n.check(p); err != nil {
 				t.Errorf("CNI CHECK of %s: %v", p.id, err)
