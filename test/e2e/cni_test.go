@@ -452,82 +452,100 @@ func TestRuntimeAttachesPods(t *testing.T) {
 	}
 	v4.gateway = newGateway
 
-	// The reboot case: the configuration is on disk, the bridge is gone, and the runtime attaches
-	// pods before the controller runs, so the bridge plugin creates the bridge. The controller
-	// adopts it (not InterfaceNotOurs) and the pods keep working.
+	// The reboot case: the configurations are on disk, the bridges are gone, and the runtime
+	// attaches pods before the controller runs, so the bridge plugin creates the bridges. The
+	// controller adopts them (not InterfaceNotOurs) and the pods keep working, measured from
+	// before the controller starts.
 	n.stop()
-	bridge := netbackend.BridgeName(v4.key)
-	if l, err := nodeNS.Netlink.LinkByName(bridge); err == nil {
-		if err := nodeNS.Netlink.LinkDel(l); err != nil {
-			t.Fatal(err)
+	made := map[string]netlink.Link{}
+	for _, nw := range nets {
+		bridge := netbackend.BridgeName(nw.key)
+		if l, err := nodeNS.Netlink.LinkByName(bridge); err == nil {
+			if err := nodeNS.Netlink.LinkDel(l); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	v4.pods = []*pod{n.add(v4.key, "boot-pod0"), n.add(v4.key, "boot-pod1")}
-	made, err := nodeNS.Netlink.LinkByName(bridge)
-	if err != nil || made.Attrs().Alias != "" {
-		t.Fatalf("the bridge plugin did not create an unmarked bridge: %v %+v", err, made)
-	}
-	n.start()
-	// The status said Ready=True before the reboot too: wait for the controller's mark first.
-	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		nw.pods = []*pod{n.add(nw.key, nw.name+"-boot-pod0"), n.add(nw.key, nw.name+"-boot-pod1")}
 		l, err := nodeNS.Netlink.LinkByName(bridge)
-		return err == nil && l.Attrs().Alias != "", nil
-	})
-	ready := n.waitReady(v4.name, metav1.ConditionTrue)
-	adopted, err := nodeNS.Netlink.LinkByName(bridge)
-	if err != nil || adopted.Attrs().Index != made.Attrs().Index || adopted.Attrs().Alias != linux.Alias(v4.key) {
-		t.Fatalf("after the controller ran: %v %+v; want the plugin's bridge (index %d) marked %q; status %+v", err, adopted.Attrs(), made.Attrs().Index, linux.Alias(v4.key), ready.Status)
-	}
-	if !bytes.Equal(adopted.Attrs().HardwareAddr, netbackend.BridgeMAC(v4.key)) {
-		t.Errorf("adopted bridge MAC %s, want %s", adopted.Attrs().HardwareAddr, netbackend.BridgeMAC(v4.key))
-	}
-	t.Logf("reboot: Ready=True, node entry %+v", ready.Status.Nodes)
-	pingOnce(t, "after adoption gateway", v4.pods[0], v4.gateway)
-	pingOnce(t, "after adoption peer", v4.pods[0], v4.pods[1].ip)
-	// A pod attached after the adoption passes CHECK (the ones attached before recorded the
-	// bridge's MAC of the time, which the adoption replaced with the fixed one).
-	late := n.add(v4.key, "boot-pod2")
-	if err := n.check(late); err != nil {
-		t.Errorf("CNI CHECK of a pod attached after the adoption: %v", err)
-	}
-	for _, p := range v4.pods {
-		if err := n.check(p); err != nil {
-			t.Logf("CNI CHECK of %s, attached before the adoption: %v", p.id, err)
+		if err != nil || l.Attrs().Alias != "" {
+			t.Fatalf("the bridge plugin did not create an unmarked bridge: %v %+v", err, l)
 		}
+		made[nw.key] = l
+		pingOnce(t, nw.name+" before the controller runs", nw.pods[0], nw.gateway)
 	}
-	v4.pods = append(v4.pods, late)
+	if s := measure("reboot: the controller adopts the plugin's bridges", func() {
+		n.start()
+		for _, nw := range nets {
+			// The status said Ready=True before the reboot too: wait for the controller's mark.
+			_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+				l, err := nodeNS.Netlink.LinkByName(netbackend.BridgeName(nw.key))
+				return err == nil && l.Attrs().Alias != "", nil
+			})
+			n.waitReady(nw.name, metav1.ConditionTrue)
+		}
+	}); s.Lost != 0 {
+		t.Errorf("adopting the bridges lost pings: %s", s)
+	}
+	for _, nw := range nets {
+		adopted, err := nodeNS.Netlink.LinkByName(netbackend.BridgeName(nw.key))
+		if err != nil || adopted.Attrs().Index != made[nw.key].Attrs().Index || adopted.Attrs().Alias != linux.Alias(nw.key) {
+			t.Fatalf("after the controller ran: %v %+v; want the plugin's bridge (index %d) marked %q", err, adopted, made[nw.key].Attrs().Index, linux.Alias(nw.key))
+		}
+		// The adopted bridge keeps the MAC its pods know (their neighbour entries, their CNI
+		// results): changing it would cut them off from the gateway until their entries expire.
+		if !bytes.Equal(adopted.Attrs().HardwareAddr, made[nw.key].Attrs().HardwareAddr) {
+			t.Errorf("adopted bridge MAC %s, want the plugin's %s", adopted.Attrs().HardwareAddr, made[nw.key].Attrs().HardwareAddr)
+		}
+		pingOnce(t, nw.name+" after adoption, peer", nw.pods[0], nw.pods[1].ip)
+		// Every pod passes CHECK, attached before the adoption or after.
+		late := n.add(nw.key, nw.name+"-boot-pod2")
+		if err := n.check(late); err != nil {
+			t.Errorf("CNI CHECK of a pod attached after the adoption: %v", err)
+		}
+		for _, p := range nw.pods {
+			if err := n.check(p); err != nil {
+				t.Errorf("CNI CHECK of %s, attached before the adoption: %v", p.id, err)
+			}
+		}
+		nw.pods = append(nw.pods, late)
+	}
 
-	// Networks deleted. v4 still has three pods: it is kept (its finalizer), and so are its bridge
-	// and configuration, so that the runtime can DEL the pods; then it goes. Bridge,
+	// Networks deleted with three pods attached each: kept (their finalizer), and so are their
+	// bridges and configurations, so that the runtime can DEL the pods; then they go. Bridge,
 	// configuration and host-local's leftover state go with each Network.
 	for _, nw := range nets {
-		if _, err := os.Stat(filepath.Join(n.ipamDir, linux.NetworkName(nw.key))); err != nil {
-			t.Errorf("%s: host-local's directory: %v (the test expects leftovers to clean)", nw.key, err)
-		}
 		if err := n.client.SamplecrdV1().Networks("default").Delete(ctx, nw.name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var held *v1.Network
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		held, err = n.client.SamplecrdV1().Networks("default").Get(ctx, v4.name, metav1.GetOptions{})
+	for _, nw := range nets {
+		var held *v1.Network
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			var err error
+			held, err = n.client.SamplecrdV1().Networks("default").Get(ctx, nw.name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			c := meta.FindStatusCondition(held.Status.Conditions, "Ready")
+			return held.DeletionTimestamp != nil && len(held.Status.Nodes) == 1 && held.Status.Nodes[0].Attachments == 3 &&
+				c != nil && c.Reason == "Terminating", nil
+		})
 		if err != nil {
-			return false, err
+			t.Fatalf("%s with pods attached, deleted: %v; %+v", nw.key, err, held)
 		}
-		c := meta.FindStatusCondition(held.Status.Conditions, "Ready")
-		return held.DeletionTimestamp != nil && len(held.Status.Nodes) == 1 && held.Status.Nodes[0].Attachments == 3 &&
-			c != nil && c.Reason == "Terminating", nil
-	})
-	if err != nil {
-		t.Fatalf("a Network with pods attached, deleted: %v; %+v", err, held)
+		t.Logf("%s deleted with pods attached: finalizers %v, node entry %+v", nw.key, held.Finalizers, held.Status.Nodes)
+		if _, err := os.Stat(linux.ConfPath(n.confDir, nw.key)); err != nil {
+			t.Fatalf("the configuration went while pods are attached: %v", err)
+		}
+		pingOnce(t, nw.name+" while the Network is being deleted", nw.pods[0], nw.pods[1].ip)
+		if _, err := os.Stat(filepath.Join(n.ipamDir, linux.NetworkName(nw.key))); err != nil {
+			t.Errorf("%s: host-local's directory: %v (the test expects leftovers to clean)", nw.key, err)
+		}
 	}
-	t.Logf("deleted with pods attached: finalizers %v, node entry %+v", held.Finalizers, held.Status.Nodes)
-	if _, err := os.Stat(linux.ConfPath(n.confDir, v4.key)); err != nil {
-		t.Fatalf("the configuration went while pods are attached: %v", err)
-	}
-	pingOnce(t, "while the Network is being deleted", v4.pods[0], v4.pods[1].ip)
-	for _, p := range v4.pods {
-		n.del(p)
+	for _, nw := range nets {
+		for _, p := range nw.pods {
+			n.del(p)
+		}
 	}
 	for _, nw := range nets {
 		dir := filepath.Join(n.ipamDir, linux.NetworkName(nw.key))

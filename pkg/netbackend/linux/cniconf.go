@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -66,7 +67,27 @@ type confList struct {
 	CNIVersion string `json:"cniVersion"`
 	Name       string `json:"name"`
 	Key        string `json:"samplecrd.k8s.io/network"`
+	BridgeMAC  string `json:"samplecrd.k8s.io/bridge-mac"`
 	Plugins    []any  `json:"plugins"`
+}
+
+// MACField is the top-level field of our configuration lists that records the bridge's MAC, so
+// that a repair or a restarted controller gives the bridge the MAC its pods know.
+const MACField = "samplecrd.k8s.io/bridge-mac"
+
+// recordedMAC returns the bridge MAC a configuration list of ours records.
+func recordedMAC(content []byte) (net.HardwareAddr, bool) {
+	var marker struct {
+		MAC string `json:"samplecrd.k8s.io/bridge-mac"`
+	}
+	if content == nil || json.Unmarshal(content, &marker) != nil {
+		return nil, false
+	}
+	mac, err := net.ParseMAC(marker.MAC)
+	if err != nil || len(mac) != 6 || mac[0]&0x01 != 0 {
+		return nil, false
+	}
+	return mac, true
 }
 
 type bridgeConf struct {
@@ -106,8 +127,14 @@ type routeConf struct {
 // d.IPMasq, the bridge's MTU for the pods' interfaces) with "host-local" IPAM over d.Prefix
 // (host-local never hands out the gateway) and a default route, then "portmap" with the
 // portMappings capability (a pod's hostPorts). ipamDataDir, when set, is host-local's dataDir.
-// Equal inputs give equal bytes.
+// The list records netbackend.BridgeMAC(d.Key) as the bridge's MAC (MACField). Equal inputs
+// give equal bytes.
 func RenderConfig(d netbackend.Desired, ipamDataDir string) ([]byte, error) {
+	return renderConfig(d, ipamDataDir, netbackend.BridgeMAC(d.Key))
+}
+
+// renderConfig is RenderConfig recording bridgeMAC as the bridge's MAC.
+func renderConfig(d netbackend.Desired, ipamDataDir string, bridgeMAC net.HardwareAddr) ([]byte, error) {
 	defaultRoute := "0.0.0.0/0"
 	if d.Gateway.Is6() {
 		defaultRoute = "::/0"
@@ -117,6 +144,7 @@ func RenderConfig(d netbackend.Desired, ipamDataDir string) ([]byte, error) {
 		CNIVersion: CNIVersion,
 		Name:       NetworkName(d.Key),
 		Key:        d.Key,
+		BridgeMAC:  bridgeMAC.String(),
 		Plugins: []any{
 			bridgeConf{
 				Type:        "bridge",

@@ -364,10 +364,6 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	if err := validate(d); err != nil {
 		return nil, err
 	}
-	conf, err := RenderConfig(d, b.cfg.IPAMDataDir)
-	if err != nil {
-		return nil, netbackend.Errorf(netbackend.ReasonBackendError, "%v", err)
-	}
 	mtu := d.EffectiveMTU()
 	name := netbackend.BridgeName(d.Key)
 	confPath := ConfPath(b.cfg.CNIConfDir, d.Key)
@@ -400,9 +396,6 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 				"gateway of network %s moves from %s to %s, but %d pod(s) attached to bridge %s (%s) have %s as their default route; the node keeps %s until they are detached",
 				d.Key, old, d.Gateway, len(attached), name, strings.Join(attached, ", "), old, old)
 			d.Gateway = old
-			if conf, err = RenderConfig(d, b.cfg.IPAMDataDir); err != nil {
-				return nil, netbackend.Errorf(netbackend.ReasonBackendError, "%v", err)
-			}
 		}
 	}
 	adopt := false
@@ -412,6 +405,23 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 		} else if !adopt {
 			return nil, b.notOurs(link, d.Key)
 		}
+	}
+
+	// The bridge's MAC: the one the configuration records (what the pods' neighbour entries and
+	// CNI results hold), restored after a repair or a change by hand. An adopted bridge keeps the
+	// MAC the pods attached to it already know, as does a bridge of ours from before MACs were
+	// recorded; a new bridge gets netbackend.BridgeMAC. Either is then recorded.
+	mac, recorded := recordedMAC(existing)
+	pin := false
+	if link != nil && len(link.Attrs().HardwareAddr) == 6 &&
+		(adopt || (!recorded && !bytes.Equal(link.Attrs().HardwareAddr, netbackend.BridgeMAC(d.Key)))) {
+		mac, pin = slices.Clone(link.Attrs().HardwareAddr), true
+	} else if !recorded {
+		mac = netbackend.BridgeMAC(d.Key)
+	}
+	conf, err := renderConfig(d, b.cfg.IPAMDataDir, mac)
+	if err != nil {
+		return nil, netbackend.Errorf(netbackend.ReasonBackendError, "%v", err)
 	}
 
 	var changes []string
@@ -430,7 +440,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	}
 	if link == nil {
 		var created []string
-		link, created, err = b.createBridge(name, d.Key, mtu)
+		link, created, err = b.createBridge(name, d.Key, mtu, mac)
 		changes = append(changes, created...)
 		if err != nil {
 			return changes, err
@@ -439,11 +449,16 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	attrs := link.Attrs()
 	b.remember(d.Key, name, attrs.Index)
 
-	if mac := netbackend.BridgeMAC(d.Key); !bytes.Equal(attrs.HardwareAddr, mac) {
+	if pin || !bytes.Equal(attrs.HardwareAddr, mac) {
+		// Set explicitly, a bridge's MAC no longer follows its ports.
 		if err := b.h.LinkSetHardwareAddr(link, mac); err != nil {
 			return changes, fail(err, "setting the MAC of bridge %s to %s", name, mac)
 		}
-		changes = append(changes, fmt.Sprintf("set MAC of %s from %s to %s", name, attrs.HardwareAddr, mac))
+		if pin {
+			changes = append(changes, fmt.Sprintf("fixed MAC of %s at %s, the one its pods know", name, mac))
+		} else {
+			changes = append(changes, fmt.Sprintf("set MAC of %s from %s to %s", name, attrs.HardwareAddr, mac))
+		}
 	}
 
 	addrChanges, err := b.ensureAddress(link, d)
@@ -607,7 +622,7 @@ func isStaged(link netlink.Link, key string) bool {
 // always carries its mark, and what an interrupted creation leaves is recognisable by its
 // staging name and removed here (and by Remove). A bridge of the final name created meanwhile
 // is taken only if it is ours.
-func (b *Backend) createBridge(name, key string, mtu int) (netlink.Link, []string, error) {
+func (b *Backend) createBridge(name, key string, mtu int, mac net.HardwareAddr) (netlink.Link, []string, error) {
 	staging := stagingName(key)
 	var changes []string
 	leftover, err := b.linkByName(staging)
@@ -628,7 +643,7 @@ func (b *Backend) createBridge(name, key string, mtu int) (netlink.Link, []strin
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = staging
 	attrs.MTU = mtu
-	attrs.HardwareAddr = netbackend.BridgeMAC(key)
+	attrs.HardwareAddr = mac
 	if err := b.h.LinkAdd(&netlink.Bridge{LinkAttrs: attrs}); err != nil {
 		return nil, changes, fail(err, "creating bridge %s for network %s", staging, key)
 	}

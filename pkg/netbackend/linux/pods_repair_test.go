@@ -92,6 +92,7 @@ func TestAdoptsTheBridgeThePluginMade(t *testing.T) {
 		if err := e.ns.nl.LinkSetMaster(port, br); err != nil {
 			t.Fatal(err)
 		}
+		known := e.ns.link(t, bridge).Attrs().HardwareAddr // what the pod's CNI result recorded
 		changes, err := e.b.Ensure(ctx, d)
 		if err != nil {
 			t.Fatalf("Ensure: %v", err)
@@ -103,9 +104,37 @@ func TestAdoptsTheBridgeThePluginMade(t *testing.T) {
 		if l.Attrs().Index != br.Attrs().Index || l.Attrs().Alias != Alias(d.Key) {
 			t.Fatalf("bridge index %d alias %q, want the same bridge (%d) marked %q", l.Attrs().Index, l.Attrs().Alias, br.Attrs().Index, Alias(d.Key))
 		}
-		if !bytes.Equal(l.Attrs().HardwareAddr, netbackend.BridgeMAC(d.Key)) {
-			t.Errorf("adopted bridge MAC %s, want %s", l.Attrs().HardwareAddr, netbackend.BridgeMAC(d.Key))
+		// The MAC the pods know stays, fixed from now on and recorded: a port with a lower MAC
+		// does not move it, and a repair or a restarted backend restores it.
+		if !bytes.Equal(l.Attrs().HardwareAddr, known) {
+			t.Errorf("adopted bridge MAC %s, want the one it had, %s", l.Attrs().HardwareAddr, known)
 		}
+		if got, ok := recordedMAC(mustRead(t, ConfPath(e.confDir, d.Key))); !ok || !bytes.Equal(got, known) {
+			t.Errorf("configuration records MAC %s, want %s", got, known)
+		}
+		low := e.ns.addVeth(t, "pod9", "pod9peer", "")
+		if err := e.ns.nl.LinkSetHardwareAddr(low, net.HardwareAddr{0x02, 0, 0, 0, 0, 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.ns.nl.LinkSetMaster(low, l); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.ns.link(t, bridge).Attrs().HardwareAddr; !bytes.Equal(got, known) {
+			t.Errorf("adopted bridge MAC %s after a port joined, want %s", got, known)
+		}
+		if err := e.ns.nl.LinkDel(low); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := e.ns.nl.LinkDel(e.ns.link(t, bridge)); err != nil {
+				t.Fatal(err)
+			}
+			e.b = e.newBackend(Config{}) // a restarted controller
+			e.ensure(d)
+			if got := e.ns.link(t, bridge).Attrs().HardwareAddr; !bytes.Equal(got, known) {
+				t.Errorf("MAC %s after a repair by a restarted backend, want %s", got, known)
+			}
+		}()
 		if p := e.ns.link(t, "pod0"); p.Attrs().MasterIndex != br.Attrs().Index {
 			t.Errorf("the pod's veth lost its bridge")
 		}
