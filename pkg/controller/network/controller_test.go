@@ -5,12 +5,14 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/fake"
@@ -457,5 +459,58 @@ func TestFinalizerProtectsNetworksInUse(t *testing.T) {
 	}
 	if n := f.refresh("web"); slices.Contains(n.Finalizers, ProtectionFinalizer) {
 		t.Fatalf("finalizer kept with no pods attached anywhere: %v", n.Finalizers)
+	}
+}
+
+// adoptingBackend is the memory backend reporting the change the linux backend makes when it
+// adopts a bridge the CNI plugin made.
+type adoptingBackend struct {
+	*memory.Backend
+	adopted bool
+}
+
+func (b *adoptingBackend) Ensure(ctx context.Context, d netbackend.Desired) ([]string, error) {
+	changes, err := b.Backend.Ensure(ctx, d)
+	if !b.adopted {
+		b.adopted = true
+		changes = append([]string{netbackend.AdoptedPrefix + netbackend.BridgeName(d.Key) + ": marked"}, changes...)
+	}
+	return changes, err
+}
+
+func TestAdoptionIsAnEvent(t *testing.T) {
+	n := network("web", "10.1.0.0/24", "10.1.0.1", 1)
+	client := fake.NewClientset(n)
+	informer := externalversions.NewSharedInformerFactory(client, 0).Samplecrd().V1().Networks()
+	if err := informer.Informer().GetIndexer().Add(n); err != nil {
+		t.Fatal(err)
+	}
+	recorder := record.NewFakeRecorder(10)
+	c, err := New(client, informer, &adoptingBackend{Backend: memory.New()}, Options{NodeName: "node-a", Recorder: recorder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.queue.ShutDown)
+	if _, err := c.sync(context.Background(), "team/web"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-recorder.Events:
+		if !strings.HasPrefix(e, "Normal "+EventAdopted+" ") {
+			t.Fatalf("event %q, want a Normal %s event", e, EventAdopted)
+		}
+	default:
+		t.Fatal("no event recorded")
+	}
+}
+
+func TestIPMasqAnnotation(t *testing.T) {
+	n := network("web", "10.1.0.0/24", "10.1.0.1", 1)
+	if d, err := desiredOf("team/web", n); err != nil || d.IPMasq {
+		t.Fatalf("without the annotation: %+v, %v; want ipMasq off", d, err)
+	}
+	n.Annotations = map[string]string{IPMasqAnnotation: "true"}
+	if d, err := desiredOf("team/web", n); err != nil || !d.IPMasq {
+		t.Fatalf("with %s=true: %+v, %v; want ipMasq on", IPMasqAnnotation, d, err)
 	}
 }
