@@ -261,7 +261,15 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 	if !slices.Contains(n.Finalizers, ProtectionFinalizer) {
 		return c.remove(ctx, key) // only other finalizers remain: this node's part goes now
 	}
-	count := c.attachments(ctx, key)
+	// Unlike a status report, the release must not guess: an unreadable node keeps the Network.
+	actual, err := c.backend.Observe(ctx, key)
+	if err != nil {
+		return "error", err
+	}
+	var count int32
+	if actual != nil {
+		count = int32(len(actual.Ports))
+	}
 	if count > 0 {
 		var failure error
 		if desired, err := desiredOf(key, n); err == nil {

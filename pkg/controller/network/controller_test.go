@@ -514,3 +514,25 @@ func TestIPMasqAnnotation(t *testing.T) {
 		t.Fatalf("with %s=true: %+v, %v; want ipMasq on", IPMasqAnnotation, d, err)
 	}
 }
+
+// TestUnreadableNodeKeepsTheFinalizer: a node that cannot tell whether pods are attached does not
+// release a Network being deleted.
+func TestUnreadableNodeKeepsTheFinalizer(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	n := f.refresh("web")
+	now := metav1.Now()
+	n.DeletionTimestamp = &now
+	if err := f.indexer.Update(n); err != nil {
+		t.Fatal(err)
+	}
+	f.backend.SetFailure("team/web", errors.New("netlink: no buffer space"))
+	if _, err := f.sync("team/web"); err == nil {
+		t.Fatal("sync succeeded although the node could not be read")
+	}
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+		t.Fatalf("finalizer removed without knowing the node's attachments: %v", n.Finalizers)
+	}
+}

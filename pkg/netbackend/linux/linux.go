@@ -1,7 +1,7 @@
 // Package linux is the node backend that realises Networks with the kernel: per Network a Linux
 // bridge (named netbackend.BridgeName(key), alias AliasPrefix+key, carrying the gateway with the
-// prefix's length, the MTU, up) made with netlink, and a CNI configuration list for the "bridge"
-// and "host-local" plugins written to the CNI configuration directory.
+// prefix's length, the MTU, up, a fixed MAC) made with netlink, and a CNI configuration list for
+// the "bridge", "host-local" and "portmap" plugins written to the CNI configuration directory.
 //
 // What is ours is marked, never guessed: a bridge is ours when it is a bridge whose alias
 // (IFLA_IFALIAS) is AliasPrefix+key, a configuration list when its file name is
@@ -13,6 +13,15 @@
 // staging name ("nx" and the same hash), given its alias, then renamed: an interface with the
 // bridge's name carries its mark from its first moment. A staging-named bridge (with the key's
 // alias or none) is what an interrupted creation left; Ensure and Remove delete it.
+//
+// A bridge with key's name, no alias and exactly the gateway with the prefix's length is what
+// the CNI bridge plugin creates when a pod is attached before the controller ran (after a
+// reboot): Ensure adopts it (marks it) instead of reporting it. Each bridge's MAC is set
+// explicitly, so it does not follow the ports: netbackend.BridgeMAC for a new bridge, the MAC it
+// has for an adopted one; the configuration list records it (MACField) and repairs restore it.
+// The backend remembers each bridge's ports (the pods' veths) and attaches them again after
+// the bridge was recreated. While pods are attached, a new gateway waits
+// (netbackend.ReasonGatewayChangeBlocked): they have the configured one as their default route.
 //
 // The gateway on another interface of the namespace is netbackend.ReasonAddressInUse. The
 // kernel accepts one address on several interfaces, so this is checked before the address is
