@@ -186,7 +186,7 @@ func (c *Controller) sync(ctx context.Context, key string) (string, error) {
 	// The finalizer goes on before the configuration is written, so no pod can attach to a
 	// Network that is not protected.
 	if !slices.Contains(n.Finalizers, ProtectionFinalizer) {
-		if n, err = c.setFinalizer(ctx, n, true); err != nil {
+		if n, err = setFinalizer(ctx, c.client, n, true); err != nil {
 			return "error", err
 		}
 	}
@@ -289,22 +289,33 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 	if err != nil || updated == nil {
 		return "error", err
 	}
-	for _, entry := range updated.Status.Nodes {
-		if entry.Attachments > 0 {
-			klog.FromContext(ctx).V(2).Info("Deletion waits for pods on another node", "network", key, "node", entry.NodeName, "attachments", entry.Attachments)
-			return "terminating", nil
-		}
+	if !releasable(updated) {
+		klog.FromContext(ctx).V(2).Info("Deletion waits for pods on another node", "network", key)
+		return "terminating", nil
 	}
-	if _, err := c.setFinalizer(ctx, updated, false); err != nil {
+	if _, err := setFinalizer(ctx, c.client, updated, false); err != nil {
 		return "error", err
 	}
 	klog.FromContext(ctx).Info("No pods attached on any node; released the Network for deletion", "network", key)
 	return "terminating", nil
 }
 
+// releasable tells whether n carries ProtectionFinalizer and no node's entry reports attachments.
+func releasable(n *v1.Network) bool {
+	if !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+		return false
+	}
+	for _, entry := range n.Status.Nodes {
+		if entry.Attachments > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // setFinalizer adds (add) or removes ProtectionFinalizer with a merge patch conditional on the
 // Network's resourceVersion, and returns the patched Network.
-func (c *Controller) setFinalizer(ctx context.Context, n *v1.Network, add bool) (*v1.Network, error) {
+func setFinalizer(ctx context.Context, client versioned.Interface, n *v1.Network, add bool) (*v1.Network, error) {
 	finalizers := slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == ProtectionFinalizer })
 	if add {
 		finalizers = append(finalizers, ProtectionFinalizer)
@@ -315,7 +326,7 @@ func (c *Controller) setFinalizer(ctx context.Context, n *v1.Network, add bool) 
 	if err != nil {
 		return nil, err
 	}
-	patched, err := c.client.SamplecrdV1().Networks(n.Namespace).Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	patched, err := client.SamplecrdV1().Networks(n.Namespace).Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
 		return n, nil
 	}

@@ -31,7 +31,10 @@ import (
 //     up, so it must not count towards Ready);
 //   - it sets the Ready condition to Unknown with its reason and message. The server derives
 //     Ready from status.nodes whenever there are entries, so this shows only on Networks no
-//     other node reports on, and it gives way as soon as a controller reports.
+//     other node reports on, and it gives way as soon as a controller reports;
+//   - like a controller, it removes ProtectionFinalizer from a Network being deleted once no
+//     node's entry reports attachments, so that Networks protected by an earlier run of a
+//     controller are not kept forever.
 type Unavailable struct {
 	client  versioned.Interface
 	lister  listers.NetworkLister
@@ -107,7 +110,7 @@ func (u *Unavailable) processNext(ctx context.Context) bool {
 // while no node reports on it.
 func (u *Unavailable) needsReport(n *v1.Network) bool {
 	if n.DeletionTimestamp != nil {
-		return false
+		return releasable(n) // nothing to report, but the finalizer must not hold it forever
 	}
 	others := false
 	for _, node := range n.Status.Nodes {
@@ -134,6 +137,10 @@ func (u *Unavailable) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	if err != nil || !u.needsReport(n) {
+		return err
+	}
+	if n.DeletionTimestamp != nil {
+		_, err := setFinalizer(ctx, u.client, n, false)
 		return err
 	}
 	// Without nodes in the configuration, the apply removes the entry this field manager owns.

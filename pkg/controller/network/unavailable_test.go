@@ -1,11 +1,14 @@
 package network
 
 import (
+	"context"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/fake"
+	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
 )
 
 func TestUnavailableNeedsReport(t *testing.T) {
@@ -47,9 +50,48 @@ func TestUnavailableNeedsReport(t *testing.T) {
 			n.Status.Nodes = []v1.NetworkNodeStatus{entry("node-b")}
 		}), false},
 		{"being deleted", with(func(n *v1.Network) { now := metav1.Now(); n.DeletionTimestamp = &now }), false},
+		{"being deleted, protected, no attachments reported", with(func(n *v1.Network) {
+			now := metav1.Now()
+			n.DeletionTimestamp, n.Finalizers = &now, []string{ProtectionFinalizer}
+			n.Status.Nodes = []v1.NetworkNodeStatus{entry("node-b")}
+		}), true},
+		{"being deleted, protected, another node reports pods", with(func(n *v1.Network) {
+			now := metav1.Now()
+			n.DeletionTimestamp, n.Finalizers = &now, []string{ProtectionFinalizer}
+			e := entry("node-b")
+			e.Attachments = 2
+			n.Status.Nodes = []v1.NetworkNodeStatus{e}
+		}), false},
 	} {
 		if got := u.needsReport(tc.n); got != tc.want {
 			t.Errorf("%s: needsReport %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestUnavailableReleasesProtectedNetworks: a node that cannot run its controller still lets a
+// protected Network go once no node reports pods on it.
+func TestUnavailableReleasesProtectedNetworks(t *testing.T) {
+	n := network("n", "10.0.0.0/24", "10.0.0.1", 2)
+	now := metav1.Now()
+	n.DeletionTimestamp, n.Finalizers = &now, []string{"example.com/other", ProtectionFinalizer}
+	client := fake.NewClientset(n)
+	informer := externalversions.NewSharedInformerFactory(client, 0).Samplecrd().V1().Networks()
+	if err := informer.Informer().GetIndexer().Add(n); err != nil {
+		t.Fatal(err)
+	}
+	u, err := NewUnavailable(client, informer, "node-a", "ControllerNeedsNetAdmin", "why")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.sync(context.Background(), "team/n"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := client.SamplecrdV1().Networks("team").Get(context.Background(), "n", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Finalizers) != 1 || got.Finalizers[0] != "example.com/other" {
+		t.Fatalf("finalizers %v, want only example.com/other", got.Finalizers)
 	}
 }
