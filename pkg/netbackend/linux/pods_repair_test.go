@@ -333,3 +333,34 @@ func TestGatewayChangeWaitsForPods(t *testing.T) {
 		t.Errorf("configured gateway %v, want %v", gw, moved.Gateway)
 	}
 }
+
+// TestRemoveCleansHostLocalState: what host-local left for the network (lock, last reserved
+// address, leases the runtime never released) goes with the Network; other networks' stay.
+func TestRemoveCleansHostLocalState(t *testing.T) {
+	e := newEnv(t)
+	ipamDir := t.TempDir()
+	e.b = e.newBackend(Config{IPAMDataDir: ipamDir})
+	d := desired4("default/leases")
+	e.ensure(d)
+	mine := filepath.Join(ipamDir, NetworkName(d.Key))
+	other := filepath.Join(ipamDir, NetworkName("default/other"))
+	for _, dir := range []string{mine, other} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"lock", "last_reserved_ip.0", "10.99.0.7"} {
+			if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := e.b.Remove(context.Background(), d.Key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(mine); !os.IsNotExist(err) {
+		t.Errorf("host-local's directory %s after Remove: %v, want it gone", mine, err)
+	}
+	if _, err := os.Stat(filepath.Join(other, "10.99.0.7")); err != nil {
+		t.Errorf("another network's lease went too: %v", err)
+	}
+}
