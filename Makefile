@@ -12,6 +12,8 @@ DEMO_NETNS ?= network-apiserver-demo
 # UNSAFE_HOST_NETWORK=1: the controller acts on this machine's own network and /etc/cni/net.d.
 UNSAFE_HOST_NETWORK ?=
 LOCAL_CLUSTER_DIR ?= $(CURDIR)/_output/local-cluster
+# make cluster-up NODES=2: the local cluster with that many real nodes (hack/local-up-nodes.sh)
+NODES ?= 0
 # make bench: extra flags (go run ./test/bench -h lists them); PROFILE=1 adds CPU and heap profiles
 BENCH_FLAGS ?=
 PROFILE ?=
@@ -19,6 +21,8 @@ GO_TEST_FLAGS ?= -count=1 -timeout 30m
 # /version reports the k8s.io/apiserver level the server is built on (it also sets the server's
 # emulation version, so it must be a Kubernetes version) and this repository's commit.
 KUBE_VERSION := v1.37.2
+# What a cluster with real nodes needs besides the default tools.
+NODE_TOOLS := kubectl kube-apiserver kube-controller-manager etcd etcdctl kubelet kube-proxy kube-scheduler cni
 GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 GIT_TREE := $(shell test -z "$$(git status --porcelain 2>/dev/null)" && echo clean || echo dirty)
 VERSION_PKG := k8s.io/component-base/version
@@ -66,13 +70,22 @@ run: build
 
 ## cluster-up: etcd, kube-apiserver and network-apiserver behind its aggregation layer, on loopback,
 ## state in $(LOCAL_CLUSTER_DIR) (hack/local-up-cluster.sh lists the ports)
+## NODES=N (root): plus N real nodes, each a kubelet, containerd and kube-proxy in network, mount
+## and cgroup namespaces of its own, and kube-scheduler; nothing on the host's network changes
+## (the first run builds kubelet, kube-proxy and kube-scheduler; hack/local-up-nodes.sh)
 cluster-up: build
+ifeq ($(NODES),0)
 	hack/build-tools.sh
 	LOCAL_CLUSTER_DIR=$(LOCAL_CLUSTER_DIR) hack/local-up-cluster.sh up
+else
+	hack/install-deps.sh node
+	hack/build-tools.sh $(NODE_TOOLS)
+	LOCAL_CLUSTER_DIR=$(LOCAL_CLUSTER_DIR) NODES=$(NODES) hack/local-up-nodes.sh up
+endif
 
-## cluster-down: stop what cluster-up started and remove its state dir
+## cluster-down: stop what cluster-up started (nodes too) and remove its state dir
 cluster-down:
-	LOCAL_CLUSTER_DIR=$(LOCAL_CLUSTER_DIR) hack/local-up-cluster.sh down
+	LOCAL_CLUSTER_DIR=$(LOCAL_CLUSTER_DIR) hack/local-up-nodes.sh down
 
 ## test: verify, then unit, integration and end-to-end tests (root: the network tests make namespaces)
 test: verify test-unit test-image test-integration test-e2e test-bench-quick

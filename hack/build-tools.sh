@@ -12,7 +12,10 @@
 #                                                     x/net, x/tools) never move the versions that
 #                                                     k8s.io/kubernetes and the code generators pin
 #
-# Usage: hack/build-tools.sh [TOOL...]    (no TOOL: all six)
+#   kubelet kube-proxy kube-scheduler                 hack/tools/go.mod, only when asked for: the
+#                                                     real nodes of `make cluster-up NODES=N`
+#
+# Usage: hack/build-tools.sh [TOOL...]    (no TOOL: the first six)
 #
 # A tool is rebuilt only when its binary is missing or its stamp (OUT_DIR/.TOOL.stamp) was written
 # for other inputs: the go.mod and go.sum that pin it, its main package, this script (which holds
@@ -28,21 +31,26 @@ CNI_MOD=${ROOT}/hack/tools/cmd/cni
 # What each tool is built from: the module folder, then the package to build there.
 declare -A module=(
   [kubectl]=${KUBE_MOD} [kube-apiserver]=${KUBE_MOD} [kube-controller-manager]=${KUBE_MOD}
+  [kubelet]=${KUBE_MOD} [kube-proxy]=${KUBE_MOD} [kube-scheduler]=${KUBE_MOD}
   [etcd]=${ETCD_MOD} [etcdctl]=${ETCD_MOD} [cni]=${CNI_MOD}
 )
 declare -A package=(
   [kubectl]=./cmd/kubectl
   [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
+  [kubelet]=k8s.io/kubernetes/cmd/kubelet
+  [kube-proxy]=k8s.io/kubernetes/cmd/kube-proxy
+  [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
   [etcd]=.
   [etcdctl]=go.etcd.io/etcd/etcdctl/v3
   [cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap github.com/containernetworking/plugins/plugins/main/loopback"
 )
 all=(kubectl kube-apiserver kube-controller-manager etcd etcdctl cni)
+known=("${all[@]}" kubelet kube-proxy kube-scheduler)
 tools=("$@")
 [ "${#tools[@]}" -gt 0 ] || tools=("${all[@]}")
 for t in "${tools[@]}"; do
-  [ -n "${package[${t}]-}" ] || { echo "build-tools: unknown tool ${t} (known: ${all[*]})" >&2; exit 2; }
+  [ -n "${package[${t}]-}" ] || { echo "build-tools: unknown tool ${t} (known: ${known[*]})" >&2; exit 2; }
 done
 
 goenv=$(go env GOVERSION GOOS GOARCH)

@@ -2,12 +2,23 @@
 # Installs the Debian packages a make target needs, once: the only system packages we use.
 #   protoc   - protobuf compiler and well-known .proto files, for hack/update-codegen.sh
 #   netns    - iproute2 for the network-namespace tests
+#   node     - containerd, runc, iptables, nftables and conntrack for the local cluster's real nodes
+#              (hack/local-up-nodes.sh)
 set -o errexit -o nounset -o pipefail
 need=()
 for what in "$@"; do
   case "${what}" in
     protoc) command -v protoc >/dev/null && [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(protobuf-compiler libprotobuf-dev) ;;
     netns) command -v ip >/dev/null || need+=(iproute2) ;;
+    node)
+      command -v ip >/dev/null || need+=(iproute2)
+      command -v containerd >/dev/null || need+=(containerd)
+      command -v runc >/dev/null || need+=(runc)
+      command -v iptables >/dev/null || need+=(iptables)
+      command -v nft >/dev/null || need+=(nftables)
+      command -v conntrack >/dev/null || need+=(conntrack)
+      command -v openssl >/dev/null || need+=(openssl)
+      ;;
     *) echo "install-deps: unknown dependency ${what}" >&2; exit 2 ;;
   esac
 done

@@ -20,6 +20,9 @@
 # host's network namespace); NETWORK_APISERVER_ARGS adds arguments after the script's own, e.g.
 #   NETWORK_APISERVER_ARGS="--controllers=true --backend-netns=/var/run/netns/demo --cni-conf-dir=/tmp/cni"
 # KUBE_CONTROLLER_MANAGER=false leaves kube-controller-manager out (benchmarks: no extra load).
+# KUBE_APISERVER_ARGS and KUBE_CONTROLLER_MANAGER_ARGS add arguments after the script's own (a
+# later single-valued flag wins; a second --controllers adds to the list): hack/local-up-nodes.sh
+# uses them to serve its nodes.
 # kube-apiserver's command line is recorded in kube-apiserver.args like network-apiserver's, one
 # argument a line, so that a tool can stop it (SIGTERM the pid in kube-apiserver.pid) and start
 # it again the same way (writing the new pid back for cluster-down).
@@ -34,6 +37,8 @@ APISERVER_PORT=${APISERVER_PORT:-16443}
 NETWORK_APISERVER_PORT=${NETWORK_APISERVER_PORT:-8443}
 NETWORK_APISERVER_ARGS=${NETWORK_APISERVER_ARGS:-}
 KUBE_CONTROLLER_MANAGER=${KUBE_CONTROLLER_MANAGER:-true}
+KUBE_APISERVER_ARGS=${KUBE_APISERVER_ARGS:-}
+KUBE_CONTROLLER_MANAGER_ARGS=${KUBE_CONTROLLER_MANAGER_ARGS:-}
 # The processes, in start order; cluster-down stops kube-controller-manager, then the rest in reverse.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager network-apiserver)
 
@@ -247,6 +252,8 @@ cluster_up() {
     --requestheader-extra-headers-prefix X-Remote-Extra- \
     --proxy-client-cert-file "$STATE/pki/front-proxy-client.crt" --proxy-client-key-file "$STATE/pki/front-proxy-client.key" \
     --enable-aggregator-routing=false >"$STATE/kube-apiserver.args"
+  # shellcheck disable=SC2086 # split on purpose: one argument per word
+  [[ -z $KUBE_APISERVER_ARGS ]] || printf '%s\n' $KUBE_APISERVER_ARGS >>"$STATE/kube-apiserver.args"
   mapfile -t args <"$STATE/kube-apiserver.args"
   start kube-apiserver "${args[@]}"
   poll 120 kube-apiserver "kube-apiserver /readyz" "${kubectl[@]}" get --raw /readyz
@@ -264,7 +271,7 @@ cluster_up() {
       --authorization-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
       --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
       --service-account-private-key-file "$STATE/pki/sa.key" --root-ca-file "$STATE/pki/ca.crt" \
-      --controllers "$controllers"
+      --controllers "$controllers" $KUBE_CONTROLLER_MANAGER_ARGS # split on purpose
   fi
 
   "${kubectl[@]}" apply -f "$ROOT/artifacts/deploy/namespace.yaml" -f "$ROOT/artifacts/deploy/rbac.yaml" >&2

@@ -3,8 +3,9 @@
 // Package tools pins the code generators and developer tools that hack/ scripts build into
 // _output/bin. It is a module of its own so that the tools never change the server's dependencies.
 //
-// The Kubernetes and etcd binaries come from hack/build-tools.sh: kube-apiserver and
-// kube-controller-manager are main packages of k8s.io/kubernetes (imported below so that go mod
+// The Kubernetes and etcd binaries come from hack/build-tools.sh: kube-apiserver,
+// kube-controller-manager and the node binaries (kubelet, kube-proxy, kube-scheduler, for the
+// local cluster's real nodes) are main packages of k8s.io/kubernetes (imported below so that go mod
 // tidy keeps what they need), while kubectl and etcd are main packages of this module, under cmd/.
 package tools
 
@@ -27,4 +28,7 @@ import (
 	_ "k8s.io/kube-openapi/cmd/openapi-gen"
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )

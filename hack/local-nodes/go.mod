@@ -1,0 +1,14 @@
+module github.com/samplecrd/network-apiserver/hack/local-nodes
+
+go 1.26.0
+
+require (
+	github.com/google/go-containerregistry v0.22.1
+	golang.org/x/sys v0.49.0
+)
+
+require (
+	github.com/klauspost/compress v1.19.2 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+)

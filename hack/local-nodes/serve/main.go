@@ -1,0 +1,32 @@
+// Command serve is the local nodes' test image: an HTTP server that answers every request with
+// the pod's hostname and the node it was told it runs on (NODE_NAME), until SIGTERM.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	addr := flag.String("listen", ":8080", "the address to serve on")
+	flag.Parse()
+	host, _ := os.Hostname()
+	srv := &http.Server{Addr: *addr, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "%s %s\n", host, os.Getenv("NODE_NAME"))
+	})}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Shutdown(context.Background())
+	}()
+	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
+		log.Fatal(err)
+	}
+}
