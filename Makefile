@@ -36,7 +36,7 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(KUBE_VERSION) -X $(VERSION_PKG).gitMaj
 IMAGE_DIR ?= $(CURDIR)/_output/image
 IMAGE ?= network-apiserver:$(KUBE_VERSION)
 
-.PHONY: all build image test-image run test test-unit test-integration test-e2e test-bench-quick bench verify codegen tools clean cluster-up cluster-down
+.PHONY: all build image test-image run test test-unit test-integration test-e2e test-e2e-node test-bench-quick bench verify codegen tools clean cluster-up cluster-down
 
 all: build
 
@@ -109,6 +109,15 @@ test-e2e: build
 	hack/build-tools.sh
 	hack/install-deps.sh netns
 	$(GO) test $(GO_TEST_FLAGS) ./test/e2e/...
+
+## test-e2e-node (root): make cluster-up NODES=2 and what runs on it (test/e2e/node_test.go). It
+## installs containerd, runc, iptables and conntrack from Debian and builds kubelet, kube-proxy and
+## kube-scheduler (minutes the first time); on a machine that cannot run nodes it says why and skips.
+test-e2e-node: build
+	@if ! why=$$(hack/local-up-nodes.sh check 2>&1) && ! { [ "$$(id -u)" = 0 ] && hack/install-deps.sh node && why=$$(hack/local-up-nodes.sh check 2>&1); }; then \
+	  echo "test-e2e-node: SKIPPED: $$why"; exit 0; fi; \
+	hack/build-tools.sh $(NODE_TOOLS) && \
+	E2E_NODE=1 $(GO) test $(GO_TEST_FLAGS) -v -run 'TestLocalNodes' ./test/e2e/
 
 ## test-bench-quick: the bench's own tests, then its -quick mode once (a minute or two). It fails
 ## only when the run does not complete, a request fails, a figure is missing or a watch event is

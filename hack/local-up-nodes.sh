@@ -7,6 +7,7 @@
 #   hack/local-up-nodes.sh up       # make cluster-up NODES=2
 #   hack/local-up-nodes.sh down     # make cluster-down: stop everything, remove the state dir
 #   hack/local-up-nodes.sh status   # the nodes' processes and their resident memory
+#   hack/local-up-nodes.sh check    # can this machine run nodes? (if not, says why and fails)
 #   hack/local-up-nodes.sh restart-apiserver|stop-apiserver|start-apiserver
 #                                   # local-up-cluster.sh's commands, run beside the control plane
 #
@@ -53,6 +54,8 @@ TOOLS=$ROOT/_output/local-nodes
 NODES_DIR=$STATE/nodes
 CP_IP=10.200.0.1
 CLUSTER_CIDR=10.201.0.0/16
+# hack/local-up-cluster.sh's --service-cluster-ip-range
+SERVICE_CIDR=10.0.0.0/24
 [[ $NODES =~ ^[1-9]$ ]] || { echo "local-up-nodes: NODES=$NODES: want 1 to 9" >&2; exit 1; }
 export LOCAL_CLUSTER_DIR=$STATE BIN
 
@@ -420,7 +423,9 @@ cluster_up() {
   # Until nsenter has entered the namespace, its /proc/PID/ns/net is the host's.
   wait_exec "$(<"$NODES_DIR/cp-holder.pid")" sleep
   [[ $(readlink "/proc/$(<"$NODES_DIR/cp-holder.pid")/ns/net") == "$cp_ns" ]] || die "the holder is not in the control plane's namespace"
+  # The route for the service range only gets packets to kube-proxy's rules, which send them on.
   cp_exec sh -c "ip link add nodes type bridge && ip addr add $CP_IP/24 dev nodes && ip link set nodes up &&
+    ip route add $SERVICE_CIDR dev nodes &&
     sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.route_localnet=1"
   start_bg forward "$NODES_DIR/forward.log" "$cg" "$TOOLS/forward" -netns "/proc/$(<"$NODES_DIR/cp-holder.pid")/ns/net" \
     "127.0.0.1:$APISERVER_PORT" "127.0.0.1:$ETCD_PORT" "127.0.0.1:$NETWORK_APISERVER_PORT"
@@ -443,6 +448,7 @@ cluster_up() {
   # kube-proxy beside the control plane, so that kube-apiserver reaches Services' cluster IPs (an
   # APIService or webhook backed by a Service) as it does on a real control-plane node. Its
   # iptables rules are in the control plane's namespace; it gets a /run of its own (xtables.lock).
+  # It finds no Node named control-plane, waits 30s for one, then programs its rules.
   mkdir -p "$NODES_DIR/cp-run"
   cat >"$NODES_DIR/kube-proxy-cp.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -492,17 +498,16 @@ real nodes (state, logs and pid files in $STATE; stop with: make cluster-down). 
 EOF
 }
 
-# node_down I: kill everything of node I; its namespaces go with the last process in them.
+# node_down I: kill everything of node I at once (the kubelet would only stop pods that are going
+# anyway); its namespaces go with the last process in them.
 node_down() {
   local name=node$1
-  stop_pid "$NODES_DIR/$name-kubelet.pid"
-  stop_pid "$NODES_DIR/$name-kube-proxy.pid"
   cgroup_destroy "$CG_PREFIX-$name"
   rm -f "$NODES_DIR/$name"-*.pid
 }
 
 cluster_down() {
-  local h d
+  local h d start=$SECONDS
   # Every node cgroup of this state dir, also of nodes a crashed run did not record.
   for d in "$(track_hierarchy)/$CG_PREFIX"-node*; do
     [[ -d $d ]] || continue
@@ -513,8 +518,10 @@ cluster_down() {
   if grep -qF " $STATE/" /proc/self/mountinfo; then
     die "mounts under $STATE remain; not removing it"
   fi
+  local nodes_down=$SECONDS
   "$ROOT/hack/local-up-cluster.sh" down
   cgroup_destroy "$CG_PREFIX-cp"
+  log "down: nodes in $((nodes_down - start))s, control plane in $((SECONDS - nodes_down))s"
 }
 
 # status: each node's processes with their resident memory.
@@ -532,13 +539,35 @@ status() {
   done
 }
 
+# check: whether this machine can run nodes; if not, say why and fail.
+check() {
+  local b why=()
+  [[ $(id -u) == 0 ]] || why+=("not root")
+  for b in containerd containerd-shim-runc-v2 runc ctr iptables conntrack nsenter unshare ip openssl; do
+    command -v "$b" >/dev/null || why+=("no $b (hack/install-deps.sh node)")
+  done
+  grep -qw overlay /proc/filesystems || why+=("no overlay filesystem")
+  if [[ ${#why[@]} -eq 0 ]]; then
+    local cg
+    cg=$(track_hierarchy)/$CG_PREFIX-check-$$
+    if mkdir "$cg" 2>/dev/null; then rmdir "$cg"; else why+=("cannot make cgroups under $(track_hierarchy)"); fi
+    unshare --net sh -c 'ip link add name ck0 type veth peer name ck1' 2>/dev/null || why+=("cannot make network namespaces and veth pairs")
+    unshare --mount --propagation private sh -c 'mount -t tmpfs none /mnt' 2>/dev/null || why+=("cannot mount in a mount namespace")
+  fi
+  if [[ ${#why[@]} -gt 0 ]]; then
+    echo "this machine cannot run local nodes: $(IFS=';'; echo "${why[*]}" | sed 's/;/; /g')"
+    return 1
+  fi
+}
+
 case ${1:-up} in
 up) cluster_up ;;
+check) check ;;
 down) cluster_down ;;
 status) status ;;
 restart-apiserver | stop-apiserver | start-apiserver)
   [[ -f $NODES_DIR/cp-holder.pid ]] || die "no nodes in $STATE: run cluster-up NODES=N"
   (in_cgroup "$CG_PREFIX-cp" nsenter --net="/proc/$(<"$NODES_DIR/cp-holder.pid")/ns/net" "$ROOT/hack/local-up-cluster.sh" "$1")
   ;;
-*) die "usage: $0 [up|down|status|restart-apiserver|stop-apiserver|start-apiserver]" ;;
+*) die "usage: $0 [up|down|status|check|restart-apiserver|stop-apiserver|start-apiserver]" ;;
 esac

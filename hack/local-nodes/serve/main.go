@@ -26,6 +26,7 @@ func main() {
 		<-ctx.Done()
 		_ = srv.Shutdown(context.Background())
 	}()
+	log.Printf("serving on %s", *addr)
 	if err := srv.ListenAndServe(); err != http.ErrServerClosed {
 		log.Fatal(err)
 	}
