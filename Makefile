@@ -22,7 +22,7 @@ GO_TEST_FLAGS ?= -count=1 -timeout 30m
 # emulation version, so it must be a Kubernetes version) and this repository's commit.
 KUBE_VERSION := v1.37.2
 # What a cluster with real nodes needs besides the default tools.
-NODE_TOOLS := kubectl kube-apiserver kube-controller-manager etcd etcdctl kubelet kube-proxy kube-scheduler cni
+NODE_TOOLS := kubectl kube-apiserver kube-controller-manager etcd etcdctl kubelet kube-proxy kube-scheduler coredns cni
 GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 GIT_TREE := $(shell test -z "$$(git status --porcelain 2>/dev/null)" && echo clean || echo dirty)
 VERSION_PKG := k8s.io/component-base/version
@@ -88,7 +88,7 @@ cluster-down:
 	LOCAL_CLUSTER_DIR=$(LOCAL_CLUSTER_DIR) hack/local-up-nodes.sh down
 
 ## test: verify, then unit, integration and end-to-end tests (root: the network tests make namespaces)
-test: verify test-unit test-image test-integration test-e2e test-bench-quick
+test: verify test-unit test-image test-integration test-e2e test-e2e-node test-bench-quick
 
 test-unit:
 	hack/install-deps.sh netns

@@ -14,6 +14,9 @@
 #
 #   kubelet kube-proxy kube-scheduler                 hack/tools/go.mod, only when asked for: the
 #                                                     real nodes of `make cluster-up NODES=N`
+#   coredns                                           hack/tools/cmd/coredns/go.mod, a module of its
+#                                                     own like etcd's, only when asked for: the
+#                                                     nodes' cluster DNS
 #
 # Usage: hack/build-tools.sh [TOOL...]    (no TOOL: the first six)
 #
@@ -27,12 +30,13 @@ OUT_DIR=$(mkdir -p "${OUT_DIR:-${ROOT}/_output/bin}" && cd "${OUT_DIR:-${ROOT}/_
 KUBE_MOD=${ROOT}/hack/tools
 ETCD_MOD=${ROOT}/hack/tools/cmd/etcd
 CNI_MOD=${ROOT}/hack/tools/cmd/cni
+DNS_MOD=${ROOT}/hack/tools/cmd/coredns
 
 # What each tool is built from: the module folder, then the package to build there.
 declare -A module=(
   [kubectl]=${KUBE_MOD} [kube-apiserver]=${KUBE_MOD} [kube-controller-manager]=${KUBE_MOD}
   [kubelet]=${KUBE_MOD} [kube-proxy]=${KUBE_MOD} [kube-scheduler]=${KUBE_MOD}
-  [etcd]=${ETCD_MOD} [etcdctl]=${ETCD_MOD} [cni]=${CNI_MOD}
+  [etcd]=${ETCD_MOD} [etcdctl]=${ETCD_MOD} [cni]=${CNI_MOD} [coredns]=${DNS_MOD}
 )
 declare -A package=(
   [kubectl]=./cmd/kubectl
@@ -43,10 +47,11 @@ declare -A package=(
   [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
   [etcd]=.
   [etcdctl]=go.etcd.io/etcd/etcdctl/v3
+  [coredns]=.
   [cni]="github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap github.com/containernetworking/plugins/plugins/main/loopback"
 )
 all=(kubectl kube-apiserver kube-controller-manager etcd etcdctl cni)
-known=("${all[@]}" kubelet kube-proxy kube-scheduler)
+known=("${all[@]}" kubelet kube-proxy kube-scheduler coredns)
 tools=("$@")
 [ "${#tools[@]}" -gt 0 ] || tools=("${all[@]}")
 for t in "${tools[@]}"; do
@@ -61,6 +66,7 @@ key() {
     kubectl) main=("${KUBE_MOD}/cmd/kubectl"/*.go) ;;
     etcd | etcdctl) main=("${ETCD_MOD}"/*.go) ;;
     cni) main=("${CNI_MOD}"/*.go) ;;
+    coredns) main=("${DNS_MOD}"/*.go) ;;
   esac
   {
     echo "$1 ${goenv}"
@@ -118,9 +124,12 @@ build() {
   echo "build-tools: built $* in $((SECONDS - start))s"
 }
 
-kube=() etcd=() cni=()
+kube=() etcd=() cni=() dns=()
 for t in "${stale[@]}"; do
-  if [ "${t}" = cni ]; then cni+=("${t}"); elif [ "${module[${t}]}" = "${KUBE_MOD}" ]; then kube+=("${t}"); else etcd+=("${t}"); fi
+  if [ "${t}" = cni ]; then cni+=("${t}")
+  elif [ "${t}" = coredns ]; then dns+=("${t}")
+  elif [ "${module[${t}]}" = "${KUBE_MOD}" ]; then kube+=("${t}")
+  else etcd+=("${t}"); fi
 done
 # The plugins go to a directory of their own (a runtime's CNI bin dir), static like the releases.
 if [ "${#cni[@]}" -gt 0 ]; then
@@ -136,3 +145,4 @@ if [ "${#kube[@]}" -gt 0 ]; then
   build "${KUBE_MOD}" "${ldflags}" "${kube[@]}"
 fi
 [ "${#etcd[@]}" -eq 0 ] || build "${ETCD_MOD}" "-s -w" "${etcd[@]}"
+[ "${#dns[@]}" -eq 0 ] || build "${DNS_MOD}" "-s -w" "${dns[@]}"

@@ -30,11 +30,14 @@
 #   cgroups         every process of the cluster is in a cgroup of its own, lc-<hash>-cp or
 #                   lc-<hash>-node<i> (the hash names the state dir), which is also the kubelet's
 #                   cgroupRoot: down kills what is in them and removes them.
-#   images          local/pause:1 (the sandbox image) and local/test:1 (an HTTP server answering
-#                   with its hostname, hack/local-nodes/serve), built without a daemon
+#   images          local/pause:1 (the sandbox image), local/test:1 (an HTTP server answering
+#                   with its hostname, hack/local-nodes/serve), local/coredns:1 and local/etcd:v3.7.3
+#                   (the pinned etcd and etcdctl, entrypoint etcd), built without a daemon
 #                   (hack/local-nodes/image) and imported into each node's containerd with
 #                   `ctr images import`; nothing is ever pulled. Pods use imagePullPolicy: Never.
 #                   IMAGES="a.tar b.tar" imports more.
+#   DNS             CoreDNS (kubernetes plugin only, hack/tools/cmd/coredns) as a Deployment,
+#                   Service kube-dns at 10.0.0.10, the kubelets' clusterDNS; domain cluster.local.
 # State: LOCAL_CLUSTER_DIR (default _output/local-cluster), the nodes under nodes/node<i>/ (the
 # host's view of the node's /run, /var/lib, /var/log and /etc upper layer, configurations, logs).
 # Needs root, cgroup v1 (or v2) with the pids controller, overlayfs, and the Debian packages
@@ -56,6 +59,8 @@ CP_IP=10.200.0.1
 CLUSTER_CIDR=10.201.0.0/16
 # hack/local-up-cluster.sh's --service-cluster-ip-range
 SERVICE_CIDR=10.0.0.0/24
+# The kube-dns Service's address (hack/local-nodes/coredns.yaml)
+CLUSTER_DNS=10.0.0.10
 [[ $NODES =~ ^[1-9]$ ]] || { echo "local-up-nodes: NODES=$NODES: want 1 to 9" >&2; exit 1; }
 export LOCAL_CLUSTER_DIR=$STATE BIN
 
@@ -200,8 +205,8 @@ kubeconfig() {
 # build: the helper binaries and the images (Go's cache makes a second run quick).
 build() {
   local b
-  for b in kubelet kube-proxy kube-scheduler kubectl cni/bridge cni/host-local cni/loopback cni/portmap; do
-    [[ -x $BIN/$b ]] || die "$BIN/$b is missing: run hack/build-tools.sh kubelet kube-proxy kube-scheduler cni"
+  for b in kubelet kube-proxy kube-scheduler coredns kubectl cni/bridge cni/host-local cni/loopback cni/portmap; do
+    [[ -x $BIN/$b ]] || die "$BIN/$b is missing: run hack/build-tools.sh kubelet kube-proxy kube-scheduler coredns cni"
   done
   for b in containerd containerd-shim-runc-v2 runc ctr iptables conntrack nsenter unshare openssl; do
     command -v "$b" >/dev/null || die "$b is missing: run hack/install-deps.sh node"
@@ -209,6 +214,9 @@ build() {
   CGO_ENABLED=0 go build -C "$ROOT/hack/local-nodes" -trimpath -o "$TOOLS/" ./forward ./image ./pause ./serve
   "$TOOLS/image" -tag local/pause:1 -out "$TOOLS/images/pause.tar" -file /pause="$TOOLS/pause"
   "$TOOLS/image" -tag local/test:1 -out "$TOOLS/images/test.tar" -file /serve="$TOOLS/serve"
+  "$TOOLS/image" -tag local/coredns:1 -out "$TOOLS/images/coredns.tar" -file /coredns="$BIN/coredns"
+  "$TOOLS/image" -tag local/etcd:v3.7.3 -out "$TOOLS/images/etcd.tar" -file /usr/local/bin/etcd="$BIN/etcd" \
+    -file /usr/local/bin/etcdctl="$BIN/etcdctl"
 }
 
 # The kubelet's global sysctls (pkg/kubelet/cm: setupKernelTunables) and the values it wants;
@@ -299,7 +307,7 @@ EOF
   done
   ctr --address "$sock" version >/dev/null 2>&1 || die "$name: containerd does not answer on $sock"
   local img
-  for img in "$TOOLS/images/pause.tar" "$TOOLS/images/test.tar" $IMAGES; do
+  for img in "$TOOLS/images/pause.tar" "$TOOLS/images/test.tar" "$TOOLS/images/coredns.tar" "$TOOLS/images/etcd.tar" $IMAGES; do
     ctr --address "$sock" -n k8s.io images import "$img" >/dev/null
   done
 
@@ -329,6 +337,8 @@ authentication:
 authorization:
   mode: Webhook
 resolvConf: /etc/resolv.conf
+clusterDNS: [$CLUSTER_DNS]
+clusterDomain: cluster.local
 failSwapOn: false
 protectKernelDefaults: false
 serializeImagePulls: false
@@ -484,10 +494,15 @@ EOF
       ((SECONDS < deadline)) || die "node$i not Ready after 120s; see $NODES_DIR/node$i/kubelet.log"
     done
   done
+  local nodes_ready=$SECONDS
+  # Cluster DNS, as a Deployment on the nodes.
+  kubectl apply -f "$ROOT/hack/local-nodes/coredns.yaml" >/dev/null
+  kubectl -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null ||
+    die "CoreDNS did not become ready: kubectl -n kube-system describe pods -l k8s-app=kube-dns"
   alive kube-scheduler "$NODES_DIR/kube-scheduler.log"
   alive kube-proxy-cp "$NODES_DIR/kube-proxy-cp.log"
   trap - EXIT
-  log "control plane up in $((cp_up - start))s; $NODES nodes started in $((nodes_started - cp_up))s, Ready $((SECONDS - nodes_started))s later"
+  log "control plane up in $((cp_up - start))s; $NODES nodes started in $((nodes_started - cp_up))s, Ready $((nodes_ready - nodes_started))s later; DNS ready $((SECONDS - nodes_ready))s after"
   cat <<EOF
 network-apiserver is serving behind kube-apiserver at https://127.0.0.1:$APISERVER_PORT, with $NODES
 real nodes (state, logs and pid files in $STATE; stop with: make cluster-down). Try:

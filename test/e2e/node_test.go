@@ -270,7 +270,7 @@ func TestLocalNodes(t *testing.T) {
 		t.Fatalf("cluster-up NODES=2: %v\n%s", err, out)
 	}
 	t.Logf("cluster-up NODES=2 took %s", time.Since(start).Round(time.Millisecond))
-	if m := regexp.MustCompile(`control plane up in \d+s; 2 nodes started in \d+s, Ready \d+s later`).FindString(out); m != "" {
+	if m := regexp.MustCompile(`control plane up in \d+s; 2 nodes started in \d+s, Ready \d+s later; DNS ready \d+s after`).FindString(out); m != "" {
 		t.Log(m)
 	} else {
 		t.Errorf("cluster-up did not report its timings:\n%s", out)
@@ -356,6 +356,34 @@ func TestLocalNodes(t *testing.T) {
 				return err == nil && strings.HasPrefix(got, "web-"), fmt.Sprintf("%q, %v", got, err)
 			})
 		}
+		// Cluster DNS: the Service's name from a node, and the pods' resolv.conf.
+		resolver := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var conn net.Conn
+			err := netnstest.InNS(fmt.Sprintf("/proc/%d/ns/net", c.pid(t, "node1-holder")), func() error {
+				var err error
+				conn, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, "10.0.0.10:53")
+				return err
+			})
+			return conn, err
+		}}
+		eventually(t, 30*time.Second, "DNS name of service web", func() (bool, string) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			addrs, err := resolver.LookupHost(ctx, "web.default.svc.cluster.local")
+			return err == nil && len(addrs) == 1 && addrs[0] == ip, fmt.Sprintf("%v, %v", addrs, err)
+		})
+		confs, _ := filepath.Glob(filepath.Join(state, "nodes", "node*", "var", "lib", "containerd", "io.containerd.grpc.v1.cri", "sandboxes", "*", "resolv.conf"))
+		found := 0
+		for _, f := range confs {
+			b, err := os.ReadFile(f)
+			if err == nil && strings.Contains(string(b), "nameserver 10.0.0.10") && strings.Contains(string(b), "search default.svc.cluster.local svc.cluster.local cluster.local") {
+				found++
+			}
+		}
+		if found < len(pods) {
+			t.Errorf("%d of the pods' resolv.conf name the cluster DNS, want at least %d (%v)", found, len(pods), confs)
+		}
+
 		// kube-apiserver reaches the pods (its service proxy) and the kubelets (logs).
 		if got := c.kubectl(t, "get", "--raw", "/api/v1/namespaces/default/services/web:80/proxy/"); !strings.HasPrefix(got, "web-") {
 			t.Errorf("service proxy: %q", got)

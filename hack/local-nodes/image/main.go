@@ -84,7 +84,7 @@ func write(fs files, tag, out string, args []string) error {
 	cfg.Config = v1.Config{
 		Entrypoint: append([]string{fs[0][0]}, args...),
 		WorkingDir: "/",
-		Env:        []string{"PATH=/"},
+		Env:        []string{"PATH=/usr/local/bin:/"},
 	}
 	if img, err = mutate.ConfigFile(img, cfg); err != nil {
 		return err

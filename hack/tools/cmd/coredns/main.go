@@ -1,0 +1,20 @@
+// Command coredns is CoreDNS with only the plugins the local cluster's DNS uses (the kubernetes
+// plugin and what a cluster Corefile puts around it), for hack/local-up-nodes.sh. It is a module
+// of its own, like etcd's, so that CoreDNS's dependencies never move the versions the other tools
+// pin; its Kubernetes libraries are pinned to the same release as theirs.
+package main
+
+import (
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/ready"
+
+	"github.com/coredns/coredns/coremain"
+)
+
+func main() {
+	coremain.Run()
+}
