@@ -38,6 +38,9 @@
 #                   IMAGES="a.tar b.tar" imports more.
 #   DNS             CoreDNS (kubernetes plugin only, hack/tools/cmd/coredns) as a Deployment,
 #                   Service kube-dns at 10.0.0.10, the kubelets' clusterDNS; domain cluster.local.
+# LOCAL_NETWORK_APISERVER=false: no network-apiserver of local-up-cluster.sh's (it is stopped, its
+# APIServices, Service, RBAC and namespaces deleted), for deploying it onto the nodes instead
+# (kubectl apply -k artifacts/deploy).
 # State: LOCAL_CLUSTER_DIR (default _output/local-cluster), the nodes under nodes/node<i>/ (the
 # host's view of the node's /run, /var/lib, /var/log and /etc upper layer, configurations, logs).
 # Needs root, cgroup v1 (or v2) with the pids controller, overlayfs, and the Debian packages
@@ -52,6 +55,7 @@ ETCD_PORT=${ETCD_PORT:-32379}
 APISERVER_PORT=${APISERVER_PORT:-16443}
 NETWORK_APISERVER_PORT=${NETWORK_APISERVER_PORT:-8443}
 IMAGES=${IMAGES:-}
+LOCAL_NETWORK_APISERVER=${LOCAL_NETWORK_APISERVER:-true}
 # Where the helper binaries and the images are built.
 TOOLS=$ROOT/_output/local-nodes
 NODES_DIR=$STATE/nodes
@@ -445,6 +449,14 @@ cluster_up() {
     sleep 0.1
   done
   kubectl get --raw /readyz >/dev/null || die "kube-apiserver is not reachable through the forwarder"
+
+  if [[ $LOCAL_NETWORK_APISERVER == false ]]; then
+    (in_cgroup "$cg" nsenter --net="/proc/$(<"$NODES_DIR/cp-holder.pid")/ns/net" "$ROOT/hack/local-up-cluster.sh" stop-apiserver)
+    kubectl delete apiservice v1.samplecrd.k8s.io v1beta1.samplecrd.k8s.io >/dev/null
+    kubectl delete --wait --timeout 120s -f "$ROOT/artifacts/local/service.yaml" -f "$ROOT/artifacts/deploy/rbac.yaml" \
+      -f "$ROOT/artifacts/deploy/namespace.yaml" >/dev/null
+    log "network-apiserver stopped and unregistered (LOCAL_NETWORK_APISERVER=false)"
+  fi
 
   # Who the nodes are: RBAC's system:node role for the group system:nodes (no Node authorizer
   # here); kube-proxy and kube-scheduler have their default bindings.

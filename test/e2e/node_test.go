@@ -26,8 +26,9 @@ import (
 // nodeCluster is a local cluster with real nodes (hack/local-up-nodes.sh).
 type nodeCluster struct {
 	*standalone
-	state string
-	env   []string
+	state    string
+	env      []string
+	cgPrefix string // the cluster's cgroups: <cgPrefix>-cp, <cgPrefix>-node<i>
 }
 
 func (c *nodeCluster) script(ctx context.Context, arg string) (string, error) {
@@ -188,28 +189,25 @@ spec:
   ports: [{port: 80, targetPort: 8080}]
 `
 
-// TestLocalNodes brings up the local cluster with two real nodes (make cluster-up NODES=2), runs
-// a Deployment and a DaemonSet on both, reaches their pods across nodes and through a Service,
-// checks that the host's network, sysctls and paths never change, and that cluster-down leaves
-// no process, cgroup, mount or file behind.
-func TestLocalNodes(t *testing.T) {
-	requireNodeSupport(t)
+// startNodeCluster brings up the local cluster with two real nodes (hack/local-up-nodes.sh up,
+// extraEnv added to its environment) and registers its teardown, which checks that cluster-down
+// leaves nothing behind and the host as before found it.
+func startNodeCluster(t *testing.T, before map[string]string, extraEnv ...string) *nodeCluster {
+	t.Helper()
 	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
 	tool(t, "SERVER", "network-apiserver")
-	for _, b := range []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-proxy", "kube-scheduler", "cni/bridge"} {
+	for _, b := range []string{"etcd", "etcdctl", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-proxy", "kube-scheduler", "coredns", "cni/bridge"} {
 		tool(t, "", b)
 	}
-	before := hostSnapshot(t)
-
 	state := filepath.Join(t.TempDir(), "cluster")
 	ports := freePorts(t, 4)
 	c := &nodeCluster{state: state, standalone: &standalone{kubeconfig: filepath.Join(state, "admin.kubeconfig")}}
 	c.env = append(os.Environ(), "LOCAL_CLUSTER_DIR="+state, "NODES=2",
 		fmt.Sprintf("ETCD_PORT=%d", ports[0]), fmt.Sprintf("ETCD_PEER_PORT=%d", ports[1]),
 		fmt.Sprintf("APISERVER_PORT=%d", ports[2]), fmt.Sprintf("NETWORK_APISERVER_PORT=%d", ports[3]))
+	c.env = append(c.env, extraEnv...)
 	sum := sha256.Sum256([]byte(state))
-	cgPrefix := "lc-" + hex.EncodeToString(sum[:])[:8]
-
+	c.cgPrefix = "lc-" + hex.EncodeToString(sum[:])[:8]
 	// What must be gone after cluster-down, recorded while the cluster runs.
 	var namespaces []string
 	down := func() {
@@ -226,8 +224,8 @@ func TestLocalNodes(t *testing.T) {
 			t.Errorf("cluster-down left %s behind (%v)", state, err)
 		}
 		// No cgroup of the cluster in any hierarchy.
-		leftCgroups, _ := filepath.Glob("/sys/fs/cgroup/*/" + cgPrefix + "*")
-		if more, _ := filepath.Glob("/sys/fs/cgroup/" + cgPrefix + "*"); len(more) > 0 {
+		leftCgroups, _ := filepath.Glob("/sys/fs/cgroup/*/" + c.cgPrefix + "*")
+		if more, _ := filepath.Glob("/sys/fs/cgroup/" + c.cgPrefix + "*"); len(more) > 0 {
 			leftCgroups = append(leftCgroups, more...)
 		}
 		if len(leftCgroups) > 0 {
@@ -290,6 +288,18 @@ func TestLocalNodes(t *testing.T) {
 			}
 		}
 	}
+	return c
+}
+
+// TestLocalNodes brings up the local cluster with two real nodes (make cluster-up NODES=2), runs
+// a Deployment and a DaemonSet on both, reaches their pods across nodes and through a Service,
+// checks that the host's network, sysctls and paths never change, and that cluster-down leaves
+// no process, cgroup, mount or file behind.
+func TestLocalNodes(t *testing.T) {
+	requireNodeSupport(t)
+	before := hostSnapshot(t)
+	c := startNodeCluster(t, before)
+	state, cgPrefix := c.state, c.cgPrefix
 
 	t.Run("NodesReady", func(t *testing.T) {
 		out := c.kubectl(t, "get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.addresses[?(@.type=="InternalIP")].address} {.status.conditions[?(@.type=="Ready")].status} {.status.nodeInfo.containerRuntimeVersion} {.status.nodeInfo.kubeletVersion}{"\n"}{end}`)
