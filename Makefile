@@ -110,14 +110,16 @@ test-e2e: build
 	hack/install-deps.sh netns
 	$(GO) test $(GO_TEST_FLAGS) ./test/e2e/...
 
-## test-e2e-node (root): make cluster-up NODES=2 and what runs on it (test/e2e/node_test.go). It
-## installs containerd, runc, iptables and conntrack from Debian and builds kubelet, kube-proxy and
-## kube-scheduler (minutes the first time); on a machine that cannot run nodes it says why and skips.
-test-e2e-node: build
+## test-e2e-node (root): make cluster-up NODES=2 and what runs on it (test/e2e/node_test.go), then
+## network-apiserver deployed onto such nodes as README's "On a real cluster" says, and what
+## operators do to it (test/e2e/deploy_nodes_test.go). It installs containerd, runc, iptables and
+## conntrack from Debian and builds kubelet, kube-proxy, kube-scheduler and CoreDNS (minutes the
+## first time); on a machine that cannot run nodes it says why and skips.
+test-e2e-node: build image
 	@if ! why=$$(hack/local-up-nodes.sh check 2>&1) && ! { [ "$$(id -u)" = 0 ] && hack/install-deps.sh node && why=$$(hack/local-up-nodes.sh check 2>&1); }; then \
 	  echo "test-e2e-node: SKIPPED: $$why"; exit 0; fi; \
 	hack/build-tools.sh $(NODE_TOOLS) && \
-	E2E_NODE=1 $(GO) test $(GO_TEST_FLAGS) -v -run 'TestLocalNodes' ./test/e2e/
+	E2E_NODE=1 $(GO) test $(GO_TEST_FLAGS) -v -run 'TestLocalNodes|TestDeployOnNodes' ./test/e2e/
 
 ## test-bench-quick: the bench's own tests, then its -quick mode once (a minute or two). It fails
 ## only when the run does not complete, a request fails, a figure is missing or a watch event is

@@ -417,6 +417,7 @@ cluster_up() {
   controllers+=,job-controller,endpoints-controller,endpointslice-controller,node-lifecycle-controller
   controllers+=,taint-eviction-controller,pod-garbage-collector-controller,disruption-controller
   controllers+=,root-ca-certificate-publisher-controller,persistentvolume-binder-controller,ttl-controller
+  controllers+=,persistentvolume-protection-controller,persistentvolumeclaim-protection-controller
   (
     export KUBE_APISERVER_ARGS="--bind-address 0.0.0.0 --advertise-address $CP_IP --endpoint-reconciler-type lease
       --kubelet-client-certificate $STATE/pki/admin.crt --kubelet-client-key $STATE/pki/admin.key

@@ -1,0 +1,464 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	samplecrdv1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
+)
+
+// deployCA is a certificate authority for the deploy test's Secrets.
+type deployCA struct {
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
+	certPEM []byte
+}
+
+func newDeployCA(t *testing.T, cn string) *deployCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &deployCA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue signs a certificate for cn and dnsNames with the given extended usages; PEM cert and key.
+func (ca *deployCA) issue(t *testing.T, cn string, dnsNames []string, usages ...x509.ExtKeyUsage) ([]byte, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl := &x509.Certificate{
+		SerialNumber: serial, Subject: pkix.Name{CommonName: cn}, DNSNames: dnsNames,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: usages,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}
+
+// tlsSecret creates a Secret of type kubernetes.io/tls with ca.crt, as the README asks.
+func (c *nodeCluster) tlsSecret(t *testing.T, name string, ca *deployCA, cert, key []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	for f, b := range map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.certPEM} {
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.kubectl(t, "-n", "network-apiserver", "create", "secret", "generic", name, "--type", "kubernetes.io/tls",
+		"--from-file=tls.crt="+filepath.Join(dir, "tls.crt"), "--from-file=tls.key="+filepath.Join(dir, "tls.key"),
+		"--from-file=ca.crt="+filepath.Join(dir, "ca.crt"))
+}
+
+// deployOverlay writes the kustomization README's "On a real cluster" has users write over
+// artifacts/deploy: the images the nodes have (make image's, and the pinned etcd) and the serving
+// CA as both APIServices' caBundle.
+func deployOverlay(t *testing.T, dir, apiserverTag, caBundle string) string {
+	t.Helper()
+	rel, err := filepath.Rel(dir, filepath.Join(repoRoot, "artifacts", "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+images:
+- name: network-apiserver
+  newName: network-apiserver
+  newTag: %s
+- name: gcr.io/etcd-development/etcd
+  newName: local/etcd
+  newTag: v3.7.3
+patches:
+- target: {kind: APIService}
+  patch: |-
+    - op: replace
+      path: /spec/caBundle
+      value: %s
+`, rel, apiserverTag, caBundle)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// nodeExec runs a command in node's network namespace.
+func (c *nodeCluster) nodeExec(t *testing.T, node string, args ...string) (string, error) {
+	t.Helper()
+	out, err := exec.Command("nsenter", append([]string{"-t", fmt.Sprint(c.pid(t, node+"-holder")), "-n"}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// TestDeployOnNodes deploys network-apiserver the way the README tells users to, onto the local
+// cluster's two real nodes: make image's image (imported, not pulled) through a kustomize images
+// override of artifacts/deploy, the etcd and serving certificate Secrets, the caBundle. Then:
+// etcd's three members Ready with TLS, two apiserver replicas Ready on different nodes, the
+// APIServices Available through the Service, Networks through kube-apiserver realised by the
+// agent DaemonSet on both nodes, and what operators do: delete an apiserver pod under load,
+// delete an etcd member's pod under writes, a rolling update under creates, kubectl delete -k.
+func TestDeployOnNodes(t *testing.T) {
+	requireNodeSupport(t)
+	image := filepath.Join(repoRoot, "_output", "image", "network-apiserver.tar")
+	if _, err := os.Stat(image); err != nil {
+		t.Fatalf("%s: make image builds it (make test-e2e-node does): %v", image, err)
+	}
+	before := hostSnapshot(t)
+	c := startNodeCluster(t, before, "IMAGES="+image, "LOCAL_NETWORK_APISERVER=false")
+
+	// The same image under a second tag, for the rolling update.
+	for _, node := range []string{"node1", "node2"} {
+		sock := filepath.Join(c.state, "nodes", node, "run", "containerd", "containerd.sock")
+		if out, err := exec.Command("ctr", "--address", sock, "-n", "k8s.io", "images", "tag",
+			"docker.io/library/network-apiserver:v1.37.2", "docker.io/library/network-apiserver:v1.37.2-rollout").CombinedOutput(); err != nil {
+			t.Fatalf("ctr images tag on %s: %v\n%s", node, err, out)
+		}
+	}
+
+	// Step 2 of "On a real cluster": the certificates.
+	c.kubectl(t, "create", "namespace", "network-apiserver")
+	etcdCA := newDeployCA(t, "etcd-ca")
+	etcdNames := []string{"*.etcd.network-apiserver.svc", "*.etcd.network-apiserver.svc.cluster.local", "localhost"}
+	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	cert, key := etcdCA.issue(t, "etcd-server", etcdNames, both...)
+	c.tlsSecret(t, "etcd-server", etcdCA, cert, key)
+	cert, key = etcdCA.issue(t, "etcd-peer", etcdNames, both...)
+	c.tlsSecret(t, "etcd-peer", etcdCA, cert, key)
+	cert, key = etcdCA.issue(t, "network-apiserver", nil, x509.ExtKeyUsageClientAuth)
+	c.tlsSecret(t, "network-apiserver-etcd-client", etcdCA, cert, key)
+	servingCA := newDeployCA(t, "network-apiserver-serving-ca")
+	cert, key = servingCA.issue(t, "network-apiserver.network-apiserver.svc",
+		[]string{"network-apiserver.network-apiserver.svc", "network-apiserver.network-apiserver.svc.cluster.local"}, x509.ExtKeyUsageServerAuth)
+	c.tlsSecret(t, "network-apiserver-serving", servingCA, cert, key)
+
+	// No volume provisioner here: a local PersistentVolume per etcd member, spread over the nodes,
+	// in the node's /var/lib.
+	for i := range 3 {
+		node := fmt.Sprintf("node%d", i%2+1)
+		dir := filepath.Join(c.state, "nodes", node, "var", "lib", "local-pv", fmt.Sprint(i))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, 65532, 65532); err != nil { // etcd's user
+			t.Fatal(err)
+		}
+		c.kubectl(t, "apply", "-f", writeManifest(t, "pv.yaml", fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolume
+metadata: {name: etcd-%d}
+spec:
+  capacity: {storage: 2Gi}
+  accessModes: [ReadWriteOnce]
+  local: {path: /var/lib/local-pv/%d}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [%s]}]
+`, i, i, node)))
+	}
+
+	// The overlay (images, caBundle), then apply.
+	caBundle := base64.StdEncoding.EncodeToString(servingCA.certPEM)
+	overlayDir := t.TempDir()
+	overlay := deployOverlay(t, overlayDir, "v1.37.2", caBundle)
+	start := time.Now()
+	c.kubectl(t, "apply", "-k", overlay)
+	c.kubectl(t, "-n", "network-apiserver", "rollout", "status", "statefulset/etcd", "--timeout=180s")
+	c.kubectl(t, "-n", "network-apiserver", "rollout", "status", "deployment/network-apiserver", "--timeout=180s")
+	c.kubectl(t, "-n", "network-agent", "rollout", "status", "daemonset/network-agent", "--timeout=180s")
+	c.kubectl(t, "wait", "--for=condition=Available", "--timeout=180s", "apiservice/v1.samplecrd.k8s.io", "apiservice/v1beta1.samplecrd.k8s.io")
+	t.Logf("kubectl apply -k to APIServices Available: %s", time.Since(start).Round(time.Millisecond))
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	networks := client.SamplecrdV1().Networks("default")
+
+	t.Run("EtcdWithTLS", func(t *testing.T) {
+		out := c.kubectl(t, "-n", "network-apiserver", "exec", "etcd-0", "--", "etcdctl",
+			"--endpoints", "https://etcd-0.etcd.network-apiserver.svc:2379,https://etcd-1.etcd.network-apiserver.svc:2379,https://etcd-2.etcd.network-apiserver.svc:2379",
+			"--cacert", "/etc/etcd/server/ca.crt", "--cert", "/etc/etcd/server/tls.crt", "--key", "/etc/etcd/server/tls.key",
+			"endpoint", "health")
+		if n := strings.Count(out, "is healthy"); n != 3 {
+			t.Errorf("etcdctl endpoint health: %d of 3 healthy:\n%s", n, out)
+		}
+		out = c.kubectl(t, "-n", "network-apiserver", "exec", "etcd-0", "--", "etcdctl", "--endpoints", "https://localhost:2379",
+			"--cacert", "/etc/etcd/server/ca.crt", "--cert", "/etc/etcd/server/tls.crt", "--key", "/etc/etcd/server/tls.key",
+			"member", "list")
+		if n := strings.Count(out, "started"); n != 3 || strings.Contains(out, "http://") {
+			t.Errorf("etcd members (want 3 started, peers and clients on https):\n%s", out)
+		}
+		// Without a client certificate, etcd's client port answers nothing.
+		ip := strings.TrimSpace(c.kubectl(t, "-n", "network-apiserver", "get", "pod", "etcd-0", "-o", "jsonpath={.status.podIP}"))
+		if out, err := c.nodeExec(t, "node1", "curl", "-sk", "-m", "5", "https://"+ip+":2379/v3/kv/range", "-d", `{"key":"Lw=="}`); err == nil {
+			t.Errorf("etcd answered a client without a certificate: %s", out)
+		}
+	})
+
+	t.Run("ApiserverReplicasOnBothNodes", func(t *testing.T) {
+		out := c.kubectl(t, "-n", "network-apiserver", "get", "pods", "-l", "app.kubernetes.io/component=apiserver",
+			"-o", `jsonpath={range .items[*]}{.spec.nodeName} {.status.containerStatuses[0].ready}{"\n"}{end}`)
+		if !strings.Contains(out, "node1 true") || !strings.Contains(out, "node2 true") {
+			t.Errorf("apiserver replicas (want one Ready on each node):\n%s", out)
+		}
+	})
+
+	t.Run("NetworksOnBothNodes", func(t *testing.T) {
+		if out := c.kubectl(t, "apply", "-f", "artifacts/examples/network.yaml"); !strings.Contains(out, "network.samplecrd.k8s.io/backend created") {
+			t.Fatalf("apply:\n%s", out)
+		}
+		c.kubectl(t, "wait", "--for=condition=Ready", "network/backend", "--timeout=60s")
+		// Each node's agent reports on its own.
+		ready := map[string]string{}
+		eventually(t, 60*time.Second, "status.nodes names node1 and node2, ready", func() (bool, string) {
+			n, err := networks.Get(context.Background(), "backend", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			clear(ready)
+			for _, s := range n.Status.Nodes {
+				if s.Ready {
+					ready[s.NodeName] = s.Bridge
+				}
+			}
+			b, _ := json.Marshal(n.Status)
+			return len(ready) == 2 && ready["node1"] != "" && ready["node2"] != "", string(b)
+		})
+		for node, bridge := range ready {
+			if out, err := c.nodeExec(t, node, "ip", "-o", "addr", "show", "dev", bridge); err != nil || !strings.Contains(out, "10.10.0.1/24") {
+				t.Errorf("%s: bridge %s: %v\n%s", node, bridge, err, out)
+			}
+		}
+		if out := c.kubectl(t, "get", "networks"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+True.*`) {
+			t.Errorf("kubectl get networks:\n%s", out)
+		}
+	})
+
+	// load runs op every few milliseconds until stop is closed; it counts what failed.
+	type load struct {
+		ok, failed atomic.Int64
+		mu         sync.Mutex
+		errs       []string
+		acked      []string
+	}
+	run := func(stop <-chan struct{}, op func(i int) (string, error)) (*load, *sync.WaitGroup) {
+		l := &load{}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				name, err := op(i)
+				l.mu.Lock()
+				if err != nil {
+					l.failed.Add(1)
+					if len(l.errs) < 10 {
+						l.errs = append(l.errs, err.Error())
+					}
+				} else {
+					l.ok.Add(1)
+					if name != "" {
+						l.acked = append(l.acked, name)
+					}
+				}
+				l.mu.Unlock()
+			}
+		}()
+		return l, &wg
+	}
+	created := 0
+	create := func(prefix string) func(i int) (string, error) {
+		return func(i int) (string, error) {
+			name := fmt.Sprintf("%s-%d", prefix, i)
+			created++
+			_, err := networks.Create(context.Background(), &samplecrdv1.Network{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:       samplecrdv1.NetworkSpec{CIDR: fmt.Sprintf("10.%d.%d.0/24", 100+created/256, created%256)},
+			}, metav1.CreateOptions{})
+			return name, err
+		}
+	}
+
+	t.Run("DeleteApiserverPod", func(t *testing.T) {
+		pods := strings.Fields(c.kubectl(t, "-n", "network-apiserver", "get", "pods", "-l", "app.kubernetes.io/component=apiserver", "-o", "jsonpath={.items[*].metadata.name}"))
+		stop := make(chan struct{})
+		l, wg := run(stop, func(int) (string, error) {
+			_, err := networks.List(context.Background(), metav1.ListOptions{})
+			return "", err
+		})
+		start := time.Now()
+		c.kubectl(t, "-n", "network-apiserver", "delete", "pod", pods[0], "--wait=true", "--timeout=120s")
+		c.kubectl(t, "-n", "network-apiserver", "rollout", "status", "deployment/network-apiserver", "--timeout=120s")
+		time.Sleep(2 * time.Second) // requests also after the replacement is Ready
+		close(stop)
+		wg.Wait()
+		t.Logf("one apiserver pod deleted and replaced in %s: %d requests served, %d failed", time.Since(start).Round(time.Millisecond), l.ok.Load(), l.failed.Load())
+		if l.failed.Load() > 0 || l.ok.Load() == 0 {
+			t.Errorf("requests failed while one replica was replaced (%d ok): %v", l.ok.Load(), l.errs)
+		}
+	})
+
+	t.Run("DeleteEtcdPod", func(t *testing.T) {
+		stop := make(chan struct{})
+		l, wg := run(stop, create("etcd-step"))
+		start := time.Now()
+		c.kubectl(t, "-n", "network-apiserver", "delete", "pod", "etcd-1", "--wait=true", "--timeout=120s")
+		okWhileDown := l.ok.Load()
+		c.kubectl(t, "-n", "network-apiserver", "rollout", "status", "statefulset/etcd", "--timeout=180s")
+		time.Sleep(2 * time.Second)
+		close(stop)
+		wg.Wait()
+		t.Logf("etcd-1 deleted and back in %s: %d creates acknowledged, %d failed", time.Since(start).Round(time.Millisecond), l.ok.Load(), l.failed.Load())
+		if l.failed.Load() > 0 {
+			t.Logf("failed creates: %v", l.errs)
+		}
+		if l.ok.Load() <= okWhileDown {
+			t.Errorf("no create succeeded after etcd-1 was deleted (quorum lost?): %v", l.errs)
+		}
+		// Every acknowledged write is there.
+		list, err := networks.List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := map[string]bool{}
+		for _, n := range list.Items {
+			have[n.Name] = true
+		}
+		for _, name := range l.acked {
+			if !have[name] {
+				t.Errorf("acknowledged create of %s lost", name)
+			}
+		}
+	})
+
+	t.Run("RollingUpdate", func(t *testing.T) {
+		stop := make(chan struct{})
+		l, wg := run(stop, create("rollout-step"))
+		// The PodDisruptionBudget's floor, watched through the rollout.
+		var minAvailable atomic.Int64
+		minAvailable.Store(1 << 30)
+		var watchWG sync.WaitGroup
+		watchWG.Add(1)
+		go func() {
+			defer watchWG.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(250 * time.Millisecond):
+				}
+				out, err := c.kubectlErr("-n", "network-apiserver", "get", "deployment", "network-apiserver", "-o", "jsonpath={.status.availableReplicas}")
+				if err != nil {
+					continue
+				}
+				var n int64
+				if _, err := fmt.Sscan(strings.TrimSpace(out), &n); err == nil && n < minAvailable.Load() {
+					minAvailable.Store(n)
+				}
+			}
+		}()
+		start := time.Now()
+		// A new tag in the overlay, applied again: only the Deployment changes.
+		c.kubectl(t, "apply", "-k", deployOverlay(t, overlayDir, "v1.37.2-rollout", caBundle))
+		c.kubectl(t, "-n", "network-apiserver", "rollout", "status", "deployment/network-apiserver", "--timeout=180s")
+		time.Sleep(2 * time.Second)
+		close(stop)
+		wg.Wait()
+		watchWG.Wait()
+		t.Logf("rolling update in %s: %d creates acknowledged, %d failed; fewest available replicas %d", time.Since(start).Round(time.Millisecond), l.ok.Load(), l.failed.Load(), minAvailable.Load())
+		if l.failed.Load() > 0 || l.ok.Load() == 0 {
+			t.Errorf("creates failed during the rolling update (%d ok): %v", l.ok.Load(), l.errs)
+		}
+		if minAvailable.Load() < 1 {
+			t.Errorf("available replicas fell to %d during the rollout (PodDisruptionBudget minAvailable 1)", minAvailable.Load())
+		}
+		out := c.kubectl(t, "-n", "network-apiserver", "get", "pods", "-l", "app.kubernetes.io/component=apiserver", "-o", `jsonpath={range .items[*]}{.spec.containers[0].image}{"\n"}{end}`)
+		if strings.Count(out, "network-apiserver:v1.37.2-rollout") != 2 {
+			t.Errorf("pods after the rollout:\n%s", out)
+		}
+		if out := c.kubectl(t, "get", "apiservice", "v1.samplecrd.k8s.io", "-o", "jsonpath={.spec.caBundle}"); out != caBundle {
+			t.Errorf("applying the overlay again changed the APIService's caBundle")
+		}
+		out = c.kubectl(t, "-n", "network-apiserver", "get", "pods", "-l", "app.kubernetes.io/component=apiserver", "-o", `jsonpath={range .items[*]}{.spec.nodeName}{"\n"}{end}`)
+		if !strings.Contains(out, "node1") || !strings.Contains(out, "node2") {
+			t.Errorf("after the rollout the replicas run on %q, want both nodes", out)
+		}
+	})
+
+	t.Run("ResourceUse", func(t *testing.T) {
+		out, err := c.script(context.Background(), "status")
+		if err != nil {
+			t.Fatalf("status: %v\n%s", err, out)
+		}
+		t.Logf("processes and resident memory with network-apiserver deployed:\n%s", out)
+	})
+
+	t.Run("DeleteK", func(t *testing.T) {
+		start := time.Now()
+		c.kubectl(t, "delete", "-k", overlay, "--wait=true", "--timeout=180s")
+		t.Logf("kubectl delete -k in %s", time.Since(start).Round(time.Millisecond))
+		for _, what := range [][]string{{"apiservice", "v1.samplecrd.k8s.io"}, {"apiservice", "v1beta1.samplecrd.k8s.io"},
+			{"namespace", "network-apiserver"}, {"namespace", "network-agent"}} {
+			eventually(t, 120*time.Second, what[0]+" "+what[1]+" gone", func() (bool, string) {
+				out, err := c.kubectlErr("get", what[0], what[1])
+				return err != nil && strings.Contains(out, "NotFound"), out
+			})
+		}
+		// Discovery is whole again and names no samplecrd.k8s.io.
+		out, err := c.kubectlErr("api-resources")
+		if err != nil || strings.Contains(out, "samplecrd.k8s.io") || strings.Contains(out, "unable to retrieve") {
+			t.Errorf("kubectl api-resources after delete -k: %v\n%s", err, out)
+		}
+	})
+}
