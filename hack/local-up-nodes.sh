@@ -8,6 +8,8 @@
 #   hack/local-up-nodes.sh down     # make cluster-down: stop everything, remove the state dir
 #   hack/local-up-nodes.sh status   # the nodes' processes and their resident memory
 #   hack/local-up-nodes.sh check    # can this machine run nodes? (if not, says why and fails)
+#   hack/local-up-nodes.sh stop-kubelet I | start-kubelet I   # node I's kubelet only (its pods
+#                                   # keep running, the node goes NotReady)
 #   hack/local-up-nodes.sh restart-apiserver|stop-apiserver|start-apiserver
 #                                   # local-up-cluster.sh's commands, run beside the control plane
 #
@@ -354,8 +356,7 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF
-  start_bg "$name-kubelet" "$d/kubelet.log" "$cg" nsenter -t "$holder" -m -n "$BIN/kubelet" \
-    --config "$d/kubelet.yaml" --kubeconfig "$d/kubelet.kubeconfig" --hostname-override "$name" --node-ip "$ip"
+  start_kubelet "$i"
   cat >"$d/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
@@ -375,6 +376,15 @@ conntrack:
   tcpCloseWaitTimeout: 0s
 EOF
   start_bg "$name-kube-proxy" "$d/kube-proxy.log" "$cg" nsenter -t "$holder" -m -n "$BIN/kube-proxy" --config "$d/kube-proxy.yaml"
+}
+
+# start_kubelet I: node I's kubelet (again after stop-kubelet: it appends to its log).
+start_kubelet() {
+  local name=node$1 d=$NODES_DIR/node$1
+  (in_cgroup "$CG_PREFIX-$name" setsid nsenter -t "$(<"$NODES_DIR/$name-holder.pid")" -m -n "$BIN/kubelet" \
+    --config "$d/kubelet.yaml" --kubeconfig "$d/kubelet.kubeconfig" --hostname-override "$name" \
+    --node-ip "$(node_ip "$1")" >>"$d/kubelet.log" 2>&1 </dev/null) &
+  echo $! >"$NODES_DIR/$name-kubelet.pid"
 }
 
 # wait_exec PID COMM: wait until process PID runs COMM (it got there through exec).
@@ -593,9 +603,13 @@ up) cluster_up ;;
 check) check ;;
 down) cluster_down ;;
 status) status ;;
+stop-kubelet | start-kubelet)
+  [[ ${2:-} =~ ^[1-9]$ && -f $NODES_DIR/node$2-holder.pid ]] || die "usage: $0 $1 I (a node of the cluster in $STATE)"
+  if [[ $1 == stop-kubelet ]]; then stop_pid "$NODES_DIR/node$2-kubelet.pid"; else start_kubelet "$2"; fi
+  ;;
 restart-apiserver | stop-apiserver | start-apiserver)
   [[ -f $NODES_DIR/cp-holder.pid ]] || die "no nodes in $STATE: run cluster-up NODES=N"
   (in_cgroup "$CG_PREFIX-cp" nsenter --net="/proc/$(<"$NODES_DIR/cp-holder.pid")/ns/net" "$ROOT/hack/local-up-cluster.sh" "$1")
   ;;
-*) die "usage: $0 [up|down|status|check|restart-apiserver|stop-apiserver|start-apiserver]" ;;
+*) die "usage: $0 [up|down|status|check|stop-kubelet I|start-kubelet I|restart-apiserver|stop-apiserver|start-apiserver]" ;;
 esac

@@ -138,7 +138,8 @@ func (c *nodeCluster) nodeExec(t *testing.T, node string, args ...string) (strin
 // etcd's three members Ready with TLS, two apiserver replicas Ready on different nodes, the
 // APIServices Available through the Service, Networks through kube-apiserver realised by the
 // agent DaemonSet on both nodes, and what operators do: delete an apiserver pod under load,
-// delete an etcd member's pod under writes, a rolling update under creates, kubectl delete -k.
+// delete an etcd member's pod under writes, a rolling update under creates, stop a node's
+// kubelet, kubectl delete -k.
 func TestDeployOnNodes(t *testing.T) {
 	requireNodeSupport(t)
 	image := filepath.Join(repoRoot, "_output", "image", "network-apiserver.tar")
@@ -442,6 +443,47 @@ spec:
 			t.Fatalf("status: %v\n%s", err, out)
 		}
 		t.Logf("processes and resident memory with network-apiserver deployed:\n%s", out)
+	})
+
+	t.Run("StopKubelet", func(t *testing.T) {
+		ctx := context.Background()
+		if out, err := c.script(ctx, "stop-kubelet", "2"); err != nil {
+			t.Fatalf("stop-kubelet 2: %v\n%s", err, out)
+		}
+		start := time.Now()
+		eventually(t, 120*time.Second, "node2 NotReady", func() (bool, string) {
+			out, _ := c.kubectlErr("get", "node", "node2", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+			return strings.TrimSpace(out) == "Unknown", out
+		})
+		t.Logf("node2 NotReady %s after its kubelet stopped", time.Since(start).Round(time.Millisecond))
+		// node1 and the API are unaffected: a new Network is realised there.
+		if _, err := networks.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "node2-down"},
+			Spec: samplecrdv1.NetworkSpec{CIDR: "10.20.0.0/24"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 60*time.Second, "node2-down realised on node1", func() (bool, string) {
+			n, err := networks.Get(ctx, "node2-down", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			b, _ := json.Marshal(n.Status.Nodes)
+			for _, s := range n.Status.Nodes {
+				if s.NodeName == "node1" && s.Ready {
+					return true, string(b)
+				}
+			}
+			return false, string(b)
+		})
+		// The agent on node2 still runs (only its kubelet stopped), and nothing ages a node's
+		// entry out of status.nodes: record what it says.
+		if n, err := networks.Get(ctx, "node2-down", metav1.GetOptions{}); err == nil {
+			b, _ := json.Marshal(n.Status.Nodes)
+			t.Logf("status.nodes with node2 NotReady: %s", b)
+		}
+		if out, err := c.script(ctx, "start-kubelet", "2"); err != nil {
+			t.Fatalf("start-kubelet 2: %v\n%s", err, out)
+		}
+		c.kubectl(t, "wait", "--for=condition=Ready", "node/node2", "--timeout=120s")
 	})
 
 	t.Run("DeleteK", func(t *testing.T) {

@@ -31,8 +31,8 @@ type nodeCluster struct {
 	cgPrefix string // the cluster's cgroups: <cgPrefix>-cp, <cgPrefix>-node<i>
 }
 
-func (c *nodeCluster) script(ctx context.Context, arg string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "local-up-nodes.sh"), arg)
+func (c *nodeCluster) script(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "local-up-nodes.sh"), args...)
 	cmd.Dir, cmd.Env = repoRoot, c.env
 	out, err := cmd.CombinedOutput()
 	return string(out), err
