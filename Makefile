@@ -72,7 +72,7 @@ run: build
 ## state in $(LOCAL_CLUSTER_DIR) (hack/local-up-cluster.sh lists the ports)
 ## NODES=N (root): plus N real nodes, each a kubelet, containerd and kube-proxy in network, mount
 ## and cgroup namespaces of its own, and kube-scheduler; nothing on the host's network changes
-## (the first run builds kubelet, kube-proxy and kube-scheduler; hack/local-up-nodes.sh)
+## (the first run builds kubelet, kube-proxy, kube-scheduler and CoreDNS; hack/local-up-nodes.sh)
 cluster-up: build
 ifeq ($(NODES),0)
 	hack/build-tools.sh

@@ -46,7 +46,7 @@
 # State: LOCAL_CLUSTER_DIR (default _output/local-cluster), the nodes under nodes/node<i>/ (the
 # host's view of the node's /run, /var/lib, /var/log and /etc upper layer, configurations, logs).
 # Needs root, cgroup v1 (or v2) with the pids controller, overlayfs, and the Debian packages
-# containerd, runc, iptables and conntrack (hack/install-deps.sh node).
+# containerd, runc, iptables, nftables and conntrack (hack/install-deps.sh node).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -581,7 +581,7 @@ status() {
 check() {
   local b why=()
   [[ $(id -u) == 0 ]] || why+=("not root")
-  for b in containerd containerd-shim-runc-v2 runc ctr iptables conntrack nsenter unshare ip openssl; do
+  for b in containerd containerd-shim-runc-v2 runc ctr iptables nft conntrack nsenter unshare ip openssl; do
     command -v "$b" >/dev/null || why+=("no $b (hack/install-deps.sh node)")
   done
   grep -qw overlay /proc/filesystems || why+=("no overlay filesystem")
