@@ -7,6 +7,7 @@ import (
 	"path"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -209,7 +210,7 @@ func (s *allocatingStore) Delete(ctx context.Context, key string, out runtime.Ob
 func (s *allocatingStore) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
 	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, cachedExistingObject runtime.Object) error {
 	if !ignoreNotFound {
-		return s.Interface.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, cachedExistingObject)
+		return storageError(s.Interface.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, cachedExistingObject))
 	}
 	for attempt := 0; ; attempt++ {
 		var created runtime.Object
@@ -223,7 +224,7 @@ func (s *allocatingStore) GuaranteedUpdate(ctx context.Context, key string, dest
 				return nil, nil, errCreateInstead
 			}, cachedExistingObject)
 		if created == nil || !errors.Is(err, errCreateInstead) {
-			return err
+			return storageError(err)
 		}
 		err = s.Create(ctx, key, created, destination, 0)
 		switch {
@@ -240,7 +241,20 @@ func (s *allocatingStore) GuaranteedUpdate(ctx context.Context, key string, dest
 	}
 }
 
-// storageError gives etcd's unavailability the API's status for it (503), rather than a 500.
+// Get reads through the generic storage; an unreachable etcd is a 503, not a 500.
+func (s *allocatingStore) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
+	return storageError(s.Interface.Get(ctx, key, opts, objPtr))
+}
+
+// GetList lists through the generic storage; an unreachable etcd is a 503, not a 500.
+func (s *allocatingStore) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	return storageError(s.Interface.GetList(ctx, key, opts, listObj))
+}
+
+// storageError gives etcd's unavailability the API's status for it (503, or 504 when a deadline
+// passed), rather than the 500 a raw etcd client error becomes. The generic storage's errors
+// that the registry interprets (not found, conflicts, ...) are storage.StorageErrors and pass
+// through unchanged.
 func storageError(err error) error {
 	if err == nil {
 		return nil
@@ -254,11 +268,21 @@ func storageError(err error) error {
 	case errors.Is(err, context.Canceled):
 		return err
 	}
-	if st, ok := status.FromError(err); ok {
-		switch st.Code() {
-		case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted:
-			return apierrors.NewServiceUnavailable("etcd is unavailable: " + st.Message())
+	// clientv3 turns gRPC errors into rpctypes.EtcdError ("etcdserver: request timed out",
+	// "leader changed", ...), which carries the code but is no gRPC status.
+	var etcdErr rpctypes.EtcdError
+	if errors.As(err, &etcdErr) {
+		if unavailable(etcdErr.Code()) {
+			return apierrors.NewServiceUnavailable("etcd is unavailable: " + etcdErr.Error())
 		}
+		return err
+	}
+	if st, ok := status.FromError(err); ok && unavailable(st.Code()) {
+		return apierrors.NewServiceUnavailable("etcd is unavailable: " + st.Message())
 	}
 	return err
+}
+
+func unavailable(code codes.Code) bool {
+	return code == codes.Unavailable || code == codes.DeadlineExceeded || code == codes.ResourceExhausted
 }
