@@ -1,0 +1,320 @@
+package robustness
+
+import (
+	"fmt"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// findings are the violations of one run, by check.
+type findings struct {
+	byCheck map[string][]string
+}
+
+func (f *findings) add(check, format string, args ...any) {
+	if f.byCheck == nil {
+		f.byCheck = map[string][]string{}
+	}
+	f.byCheck[check] = append(f.byCheck[check], fmt.Sprintf(format, args...))
+}
+
+func (f *findings) total() int {
+	n := 0
+	for _, v := range f.byCheck {
+		n += len(v)
+	}
+	return n
+}
+
+func (f *findings) checks() []string {
+	var out []string
+	for k := range f.byCheck {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Check names, as the report prints them.
+const (
+	checkInvariant  = "invariant"       // allocations = Networks (scope, prefix, name, UID), no overlap, at every revision
+	checkHistory    = "history"         // the recorded history is ordered and complete
+	checkAcked      = "acknowledged"    // every acknowledged write is in the history, at its resourceVersion
+	checkFailed     = "failed-write"    // no refused write left anything
+	checkOrder      = "real-time-order" // acknowledged writes' revisions respect real time
+	checkStatus     = "status-codes"    // no 500; 503/504 only during an etcd outage; no unexpected code
+	checkWatch      = "watch"           // ordered, unique, gap-free, resumable, lists match the history
+	checkInformer   = "informer"        // each informer's final cache equals a fresh LIST
+	checkFinalLists = "final-list"      // each replica's final LIST equals the history
+)
+
+// outageGrace is how long after a fault's recovery 503/504 answers and transport errors are
+// still put down to it (a request may have been waiting for etcd when it came back).
+const outageGrace = 5 * time.Second
+
+// validate checks the run's history, operations and watch records.
+func validate(r *replay, ops []op, watches []watchRecord, faults []fault) *findings {
+	f := &findings{}
+	for _, u := range r.unordered {
+		f.add(checkHistory, "%s", u)
+	}
+	for _, v := range r.violations {
+		f.add(invariantCheck(v.What), "revisions %d..%d: %s", v.FirstRev, v.LastRev, v.What)
+	}
+	checkOps(f, r, ops, faults)
+	checkOrdering(f, ops)
+	checkWatches(f, r, watches)
+	return f
+}
+
+// invariantCheck sorts an invariant violation into its kind, so that the summary shows each.
+func invariantCheck(what string) string {
+	switch {
+	case strings.HasPrefix(what, "OVERLAP"):
+		return checkInvariant + "/overlap"
+	case strings.HasPrefix(what, "orphan"):
+		return checkInvariant + "/orphan-allocation"
+	case strings.Contains(what, "has no allocation"):
+		return checkInvariant + "/network-without-allocation"
+	case strings.HasPrefix(what, "allocation "):
+		return checkInvariant + "/allocation-mismatch"
+	}
+	return checkInvariant + "/other"
+}
+
+func inWindow(o op, faults []fault, match func(fault) bool) bool {
+	for _, ft := range faults {
+		end := ft.Ready
+		if end == 0 {
+			end = ft.Restored
+		}
+		if match(ft) && o.Start <= end+int64(outageGrace) && o.End >= ft.Start {
+			return true
+		}
+	}
+	return false
+}
+
+// expectedCodes are the answers each kind of request may get without anything being wrong.
+var expectedCodes = map[string][]int{
+	"create":         {http.StatusCreated, http.StatusConflict, http.StatusUnprocessableEntity},
+	"create-v1beta1": {http.StatusCreated, http.StatusConflict, http.StatusUnprocessableEntity},
+	"create-auto":    {http.StatusCreated, http.StatusConflict},
+	"apply":          {http.StatusOK, http.StatusCreated, http.StatusConflict, http.StatusUnprocessableEntity},
+	"delete":         {http.StatusOK, http.StatusNotFound, http.StatusConflict},
+	"label":          {http.StatusOK, http.StatusNotFound, http.StatusConflict},
+	"status":         {http.StatusOK, http.StatusNotFound, http.StatusConflict},
+}
+
+func checkOps(f *findings, r *replay, ops []op, faults []fault) {
+	etcdOutage := func(ft fault) bool { return ft.EtcdOutage }
+	for _, o := range ops {
+		replicaDown := func(ft fault) bool { return ft.Replica == o.Replica || ft.EtcdOutage }
+		switch {
+		case o.Err != "":
+			if !inWindow(o, faults, replicaDown) {
+				f.add(checkStatus, "%s: no answer outside any fault on its replica or etcd", o)
+			}
+			continue
+		case o.Code == http.StatusInternalServerError:
+			f.add(checkStatus, "%s: 500 %s", o, o.Message)
+			continue
+		case o.Code == http.StatusServiceUnavailable || o.Code == http.StatusGatewayTimeout:
+			if !inWindow(o, faults, etcdOutage) {
+				f.add(checkStatus, "%s: %d outside any etcd outage: %s", o, o.Code, o.Message)
+			}
+			continue
+		case o.Code >= 500 || !slices.Contains(expectedCodes[o.Kind], o.Code):
+			f.add(checkStatus, "%s: unexpected %d: %s", o, o.Code, o.Message)
+			continue
+		}
+		key := o.Namespace + "/" + o.Name
+		if !o.ok() {
+			// A definite refusal: the write must have left nothing.
+			if cs := r.byOp[o.ID]; len(cs) > 0 {
+				f.add(checkFailed, "%s: refused, yet revision %d stored %s %s uid %s carrying the op", o, cs[0].Rev, cs[0].Type, key, cs[0].Obj.UID)
+			}
+			continue
+		}
+		var want string
+		switch {
+		case o.Kind == "delete":
+			want = "DELETED"
+		case o.Code == http.StatusCreated:
+			want = "ADDED"
+		default:
+			want = "MODIFIED"
+		}
+		var found *netChange
+		for i, c := range r.byRev[o.RV] {
+			if c.Namespace+"/"+c.Name == key {
+				found = &r.byRev[o.RV][i]
+			}
+		}
+		if o.Kind == "delete" && o.RV == 0 {
+			// The answer is a Status with the deleted object's uid but no resourceVersion:
+			// that object's deletion must be in the history.
+			found = nil
+			for i, c := range r.changes {
+				if c.Type == "DELETED" && c.Obj.UID == o.UID && c.Namespace+"/"+c.Name == key {
+					found = &r.changes[i]
+				}
+			}
+			if found == nil {
+				f.add(checkAcked, "%s: acknowledged, but the history never deleted %s uid %s", o, key, o.UID)
+			}
+			continue
+		}
+		switch {
+		case found == nil:
+			f.add(checkAcked, "%s: acknowledged, but the history has no change of %s at revision %d", o, key, o.RV)
+		case found.Type != want:
+			f.add(checkAcked, "%s: acknowledged, but revision %d %s %s (want %s)", o, o.RV, found.Type, key, want)
+		case found.Obj.UID != o.UID:
+			f.add(checkAcked, "%s: acknowledged uid %s, but revision %d stored uid %s", o, o.UID, o.RV, found.Obj.UID)
+		case o.Kind != "delete" && !slices.Contains(opIDs(*found), o.ID):
+			f.add(checkAcked, "%s: revision %d of %s does not carry the op", o, o.RV, key)
+		}
+		if found != nil && o.Kind == "create-auto" && o.Code == http.StatusCreated {
+			p, err := netip.ParsePrefix(found.Obj.CIDR)
+			if err != nil || fmt.Sprintf("/%d", p.Bits()) != o.CIDR {
+				f.add(checkAcked, "%s: allocated %q, not a %s", o, found.Obj.CIDR, o.CIDR)
+			}
+		}
+		if found != nil && o.Code == http.StatusCreated && o.Kind != "create-auto" && found.Obj.CIDR != o.CIDR {
+			f.add(checkAcked, "%s: stored cidr %s", o, found.Obj.CIDR)
+		}
+	}
+}
+
+// checkOrdering: if an acknowledged write ended before another started, its revision is lower
+// (the servers may not acknowledge a write before etcd committed it, nor reorder them).
+func checkOrdering(f *findings, ops []op) {
+	var acked []op
+	for _, o := range ops {
+		if o.Err == "" && o.ok() && o.RV > 0 {
+			acked = append(acked, o)
+		}
+	}
+	byEnd := slices.Clone(acked)
+	sort.Slice(byEnd, func(i, j int) bool { return byEnd[i].End < byEnd[j].End })
+	// maxBefore[i] is the op with the highest revision among byEnd[:i+1].
+	maxBefore := make([]int, len(byEnd))
+	for i := range byEnd {
+		maxBefore[i] = i
+		if i > 0 && byEnd[maxBefore[i-1]].RV > byEnd[i].RV {
+			maxBefore[i] = maxBefore[i-1]
+		}
+	}
+	for _, b := range acked {
+		n := sort.Search(len(byEnd), func(i int) bool { return byEnd[i].End >= b.Start })
+		if n == 0 {
+			continue
+		}
+		if a := byEnd[maxBefore[n-1]]; a.RV >= b.RV {
+			f.add(checkOrder, "%s ended before %s started, but its revision %d is not below %d", a, b, a.RV, b.RV)
+		}
+	}
+}
+
+func checkWatches(f *findings, r *replay, records []watchRecord) {
+	type segKey struct {
+		w   string
+		seg int
+	}
+	segs := map[segKey][]watchRecord{}
+	var order []segKey
+	for _, rec := range records {
+		k := segKey{rec.Watcher, rec.Seg}
+		if _, ok := segs[k]; !ok {
+			order = append(order, k)
+		}
+		segs[k] = append(segs[k], rec)
+	}
+	for _, k := range order {
+		recs := segs[k]
+		name := fmt.Sprintf("watcher %s segment %d", k.w, k.seg)
+		if recs[0].What != "list" {
+			f.add(checkWatch, "%s does not start with a list", name)
+			continue
+		}
+		start := recs[0].RV
+		if got, want := itemsMap(recs[0].Items), r.networksAt(start); !mapsEqual(got, want) {
+			f.add(checkWatch, "%s: LIST at revision %d = %v, the history has %v", name, start, got, want)
+		}
+		last, end := start, start
+		seen := map[int64]bool{}
+		for _, rec := range recs[1:] {
+			if rec.What == "resume" {
+				if rec.RV > end {
+					end = rec.RV
+				}
+				continue
+			}
+			if rec.RV <= last {
+				f.add(checkWatch, "%s: event %s %s at revision %d after revision %d (out of order or duplicate)", name, rec.Type, rec.Key, rec.RV, last)
+			}
+			last = max(last, rec.RV)
+			end = max(end, rec.RV)
+			seen[rec.RV] = true
+			ok := false
+			for _, c := range r.byRev[rec.RV] {
+				if c.Namespace+"/"+c.Name == rec.Key && c.Type == rec.Type && c.Obj.UID == rec.UID {
+					ok = true
+				}
+			}
+			if !ok {
+				f.add(checkWatch, "%s: event %s %s uid %s at revision %d is not in the history", name, rec.Type, rec.Key, rec.UID, rec.RV)
+			}
+		}
+		// Gap-free: every Network change after the list, up to the last revision the watch
+		// vouched for, was delivered.
+		i := sort.Search(len(r.changes), func(i int) bool { return r.changes[i].Rev > start })
+		for ; i < len(r.changes) && r.changes[i].Rev <= end; i++ {
+			if c := r.changes[i]; !seen[c.Rev] {
+				f.add(checkWatch, "%s (revisions %d..%d): missed %s %s/%s uid %s at revision %d", name, start, end, c.Type, c.Namespace, c.Name, c.Obj.UID, c.Rev)
+			}
+		}
+	}
+}
+
+func itemsMap(items []listItem) map[string]string {
+	m := map[string]string{}
+	for _, it := range items {
+		m[it.Key] = it.UID
+	}
+	return m
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// summary lists the findings, at most limit per check, for the log.
+func (f *findings) summary(limit int) string {
+	var b strings.Builder
+	for _, c := range f.checks() {
+		list := f.byCheck[c]
+		fmt.Fprintf(&b, "VIOLATION %s: %d\n", c, len(list))
+		for i, v := range list {
+			if i == limit {
+				fmt.Fprintf(&b, "  ... %d more (all in violations.txt)\n", len(list)-limit)
+				break
+			}
+			fmt.Fprintf(&b, "  %s\n", v)
+		}
+	}
+	return b.String()
+}

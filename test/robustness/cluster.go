@@ -1,0 +1,281 @@
+package robustness
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/rest"
+)
+
+// etcdPrefix is the servers' default --etcd-prefix; Networks and allocations live under it.
+const etcdPrefix = "/registry/samplecrd.k8s.io"
+
+// cluster is one topology: etcd members (none in embedded mode) and network-apiserver replicas.
+type cluster struct {
+	dir      string
+	bin      string
+	embedded bool
+
+	members   []*proc
+	endpoints []string // etcd client URLs
+	etcdTLS   *tls.Config
+	replicas  []*replica
+}
+
+// replica is one network-apiserver process.
+type replica struct {
+	index   int
+	proc    *proc
+	url     string
+	dataDir string
+
+	mu     sync.Mutex
+	config *rest.Config // admin credentials, the serving CA; nil until ready
+}
+
+// startCluster starts the topology of sc in dir: members etcd members with TLS between them and
+// to the servers, and sc.Replicas servers (or one server with its embedded etcd).
+func startCluster(ctx context.Context, dir, bin string, sc scenario) (*cluster, error) {
+	c := &cluster{dir: dir, bin: bin, embedded: sc.Embedded}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if !sc.Embedded {
+		if err := c.startEtcd(ctx, sc.EtcdMembers); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
+	n := sc.Replicas
+	if sc.Embedded {
+		n = 1
+	}
+	ports, err := freePorts(n + 1)
+	if err != nil {
+		return nil, err
+	}
+	for i := range n {
+		r := &replica{index: i, url: fmt.Sprintf("https://127.0.0.1:%d", ports[i]), dataDir: filepath.Join(dir, fmt.Sprintf("server-%d", i))}
+		args := []string{filepath.Join(bin, "network-apiserver"), "--data-dir", r.dataDir,
+			"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[i]), "--controllers=false",
+			"--overlap-scope", sc.OverlapScope, "-v", "1"}
+		if sc.Embedded {
+			// A fixed client port, so that the suite's etcd client finds it again after a restart.
+			args = append(args, "--embedded-etcd-port", strconv.Itoa(ports[n]))
+		} else {
+			args = append(args, "--etcd-servers", strings.Join(c.endpoints, ","),
+				"--etcd-cafile", filepath.Join(dir, "pki", "ca.crt"),
+				"--etcd-certfile", filepath.Join(dir, "pki", "client.crt"),
+				"--etcd-keyfile", filepath.Join(dir, "pki", "client.key"))
+		}
+		r.proc = newProc(fmt.Sprintf("network-apiserver-%d", i), filepath.Join(dir, fmt.Sprintf("network-apiserver-%d.log", i)), args...)
+		c.replicas = append(c.replicas, r)
+		if err := r.proc.start(); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
+	for _, r := range c.replicas {
+		if err := r.waitReady(ctx, 2*time.Minute); err != nil {
+			c.stop()
+			return nil, err
+		}
+	}
+	if sc.Embedded {
+		ep, tlsConfig, err := embeddedEtcd(c.replicas[0].dataDir)
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
+		c.endpoints, c.etcdTLS = []string{ep}, tlsConfig
+	}
+	return c, nil
+}
+
+// embeddedEtcd reads the client endpoint of a server's embedded etcd from its data dir. The
+// embedded etcd serves plain http on loopback today; when it gains client TLS, this is the one
+// place that learns where its files are.
+func embeddedEtcd(dataDir string) (string, *tls.Config, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "etcd.endpoint"))
+	if err != nil {
+		return "", nil, fmt.Errorf("the embedded etcd's endpoint: %w", err)
+	}
+	ep := strings.TrimSpace(string(b))
+	if !strings.HasPrefix(ep, "https://") {
+		return ep, nil, nil
+	}
+	info := transport.TLSInfo{
+		TrustedCAFile: filepath.Join(dataDir, "etcd", "pki", "ca.crt"),
+		CertFile:      filepath.Join(dataDir, "etcd", "pki", "client.crt"),
+		KeyFile:       filepath.Join(dataDir, "etcd", "pki", "client.key"),
+	}
+	cfg, err := info.ClientConfig()
+	return ep, cfg, err
+}
+
+func (c *cluster) startEtcd(ctx context.Context, members int) error {
+	p, err := newPKI(filepath.Join(c.dir, "pki"))
+	if err != nil {
+		return err
+	}
+	client, err := p.issue("client", false)
+	if err != nil {
+		return err
+	}
+	info := transport.TLSInfo{TrustedCAFile: p.CAFile, CertFile: client.Cert, KeyFile: client.Key}
+	if c.etcdTLS, err = info.ClientConfig(); err != nil {
+		return err
+	}
+	ports, err := freePorts(2 * members)
+	if err != nil {
+		return err
+	}
+	var initial []string
+	for i := range members {
+		initial = append(initial, fmt.Sprintf("m%d=https://127.0.0.1:%d", i, ports[2*i+1]))
+		c.endpoints = append(c.endpoints, fmt.Sprintf("https://127.0.0.1:%d", ports[2*i]))
+	}
+	for i := range members {
+		cert, err := p.issue(fmt.Sprintf("member-%d", i), true)
+		if err != nil {
+			return err
+		}
+		peer := fmt.Sprintf("https://127.0.0.1:%d", ports[2*i+1])
+		m := newProc(fmt.Sprintf("etcd-%d", i), filepath.Join(c.dir, fmt.Sprintf("etcd-%d.log", i)),
+			filepath.Join(c.bin, "etcd"), "--name", fmt.Sprintf("m%d", i),
+			"--data-dir", filepath.Join(c.dir, fmt.Sprintf("etcd-%d", i)),
+			"--listen-client-urls", c.endpoints[i], "--advertise-client-urls", c.endpoints[i],
+			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", "robustness",
+			"--cert-file", cert.Cert, "--key-file", cert.Key, "--trusted-ca-file", p.CAFile, "--client-cert-auth",
+			"--peer-cert-file", cert.Cert, "--peer-key-file", cert.Key, "--peer-trusted-ca-file", p.CAFile, "--peer-client-cert-auth",
+			"--log-level", "warn")
+		c.members = append(c.members, m)
+		if err := m.start(); err != nil {
+			return err
+		}
+	}
+	return c.waitEtcd(ctx, 2*time.Minute)
+}
+
+// etcdClient is a client of the whole etcd cluster (or the embedded member).
+func (c *cluster) etcdClient() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{
+		Endpoints: c.endpoints, TLS: c.etcdTLS, DialTimeout: 5 * time.Second,
+		// Notice a frozen member within seconds and move to another one.
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
+	})
+}
+
+// waitEtcd waits until every member answers a read of its own (a serializable read still needs
+// the member to have joined; a linearizable one needs a leader).
+func (c *cluster) waitEtcd(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, ep := range c.endpoints {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, TLS: c.etcdTLS, DialTimeout: 2 * time.Second})
+		if err != nil {
+			return err
+		}
+		for {
+			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = cli.Get(rctx, "health")
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				cli.Close()
+				return fmt.Errorf("etcd member %s not healthy after %s: %v", ep, timeout, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		cli.Close()
+	}
+	return nil
+}
+
+// stop ends every process (SIGKILL: nothing is kept).
+func (c *cluster) stop() {
+	for _, r := range c.replicas {
+		_ = r.proc.stop(syscall.SIGKILL, 10*time.Second)
+	}
+	for _, m := range c.members {
+		_ = m.stop(syscall.SIGKILL, 10*time.Second)
+	}
+}
+
+// waitReady waits for /readyz and the admin credentials the server writes into its data dir.
+func (r *replica) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := r.probe(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-r.proc.exited():
+			return fmt.Errorf("%s exited before it was ready (log: %s): %v", r.proc.name, r.proc.log, err)
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s not ready after %s: %v", r.proc.name, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (r *replica) probe(ctx context.Context) error {
+	token, err := os.ReadFile(filepath.Join(r.dataDir, "admin.token"))
+	if err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(filepath.Join(r.dataDir, "certs", "apiserver.crt"))
+	if err != nil {
+		return err
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(ca) {
+		return fmt.Errorf("no certificate in %s/certs/apiserver.crt", r.dataDir)
+	}
+	cfg := &rest.Config{Host: r.url, BearerToken: strings.TrimSpace(string(token)),
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca}, QPS: -1, Timeout: 5 * time.Second}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(rctx, http.MethodGet, r.url+"/readyz", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/readyz: %d", resp.StatusCode)
+	}
+	r.mu.Lock()
+	cfg.Timeout = 0
+	r.config = cfg
+	r.mu.Unlock()
+	return nil
+}
+
+// restConfig is a copy of the replica's admin client configuration.
+func (r *replica) restConfig() *rest.Config {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return rest.CopyConfig(r.config)
+}

@@ -1,0 +1,31 @@
+package robustness
+
+import "time"
+
+// scenario is one topology with its traffic and faults.
+type scenario struct {
+	Name         string
+	Embedded     bool
+	EtcdMembers  int
+	Replicas     int
+	OverlapScope string
+	Clients      int
+	Duration     time.Duration
+	Faults       []string
+	FaultGap     time.Duration // mean pause between two faults
+	MaxDown      time.Duration // how long a process stays down or frozen, at most (plus 0.5s)
+}
+
+func scenarios(full bool) []scenario {
+	ha := scenario{Name: "ha", EtcdMembers: 3, Replicas: 2, OverlapScope: "cluster", Clients: 16,
+		Duration: 50 * time.Second, FaultGap: 5 * time.Second, MaxDown: 2 * time.Second,
+		Faults: []string{faultKillServer, faultRestart, faultStopMember, faultKillMember, faultStopEtcd, faultKillEtcd, faultCompact}}
+	emb := scenario{Name: "embedded", Embedded: true, Replicas: 1, OverlapScope: "namespace", Clients: 16,
+		Duration: 40 * time.Second, FaultGap: 5 * time.Second, MaxDown: 2 * time.Second,
+		Faults: []string{faultKillServer, faultRestart, faultStopEtcd, faultCompact}}
+	if full {
+		ha.Duration, ha.FaultGap, ha.MaxDown = 5*time.Minute, 10*time.Second, 4*time.Second
+		emb.Duration, emb.FaultGap, emb.MaxDown = 3*time.Minute, 10*time.Second, 4*time.Second
+	}
+	return []scenario{ha, emb}
+}
