@@ -120,7 +120,13 @@ func (l layout) violations(s *state) []string {
 		n   network
 	}
 	byScope := map[string][]placed{}
-	for key, n := range s.networks {
+	keys := make([]string, 0, len(s.networks))
+	for key := range s.networks {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		n := s.networks[key]
 		if n.Err != "" {
 			out = append(out, fmt.Sprintf("network %s cannot be decoded: %s", key, n.Err))
 			continue
