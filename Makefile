@@ -11,9 +11,14 @@ CONTROLLER_FLAGS ?=
 DEMO_NETNS ?= network-apiserver-demo
 # UNSAFE_HOST_NETWORK=1: the controller acts on this machine's own network and /etc/cni/net.d.
 UNSAFE_HOST_NETWORK ?=
+# make test-robustness[-short]: ROBUSTNESS_SEED=N replays a run (empty: a new seed, printed)
+ROBUSTNESS_SEED ?=
 LOCAL_CLUSTER_DIR ?= $(CURDIR)/_output/local-cluster
 # make cluster-up NODES=2: the local cluster with that many real nodes (hack/local-up-nodes.sh)
 NODES ?= 0
+# make cluster-up: etcd members and network-apiserver replicas (e.g. REPLICAS=2 ETCD_MEMBERS=3)
+REPLICAS ?= 1
+ETCD_MEMBERS ?= 1
 # make bench: extra flags (go run ./test/bench -h lists them); PROFILE=1 adds CPU and heap profiles
 BENCH_FLAGS ?=
 PROFILE ?=
@@ -36,7 +41,7 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(KUBE_VERSION) -X $(VERSION_PKG).gitMaj
 IMAGE_DIR ?= $(CURDIR)/_output/image
 IMAGE ?= network-apiserver:$(KUBE_VERSION)
 
-.PHONY: all build image test-image run test test-unit test-integration test-e2e test-e2e-node test-bench-quick bench verify codegen tools clean cluster-up cluster-down
+.PHONY: all build image test-image run test test-unit test-integration test-e2e test-e2e-node test-bench-quick test-robustness-short test-robustness bench verify codegen tools clean cluster-up cluster-down
 
 all: build
 
@@ -68,15 +73,16 @@ run: build
 	@BIN='$(BIN)' DATA_DIR='$(DATA_DIR)' PORT='$(PORT)' CONTROLLER_FLAGS='$(CONTROLLER_FLAGS)' \
 	  DEMO_NETNS='$(DEMO_NETNS)' UNSAFE_HOST_NETWORK='$(UNSAFE_HOST_NETWORK)' exec hack/run.sh
 
-## cluster-up: etcd, kube-apiserver and network-apiserver behind its aggregation layer, on loopback,
+## cluster-up: etcd (TLS), kube-apiserver and network-apiserver behind its aggregation layer, on loopback,
 ## state in $(LOCAL_CLUSTER_DIR) (hack/local-up-cluster.sh lists the ports)
 ## NODES=N (root): plus N real nodes, each a kubelet, containerd and kube-proxy in network, mount
 ## and cgroup namespaces of its own, and kube-scheduler; nothing on the host's network changes
 ## (the first run builds kubelet, kube-proxy, kube-scheduler and CoreDNS; hack/local-up-nodes.sh)
+## REPLICAS=2 ETCD_MEMBERS=3 (without NODES): two network-apiserver replicas sharing a 3-member etcd
 cluster-up: build
 ifeq ($(NODES),0)
 	hack/build-tools.sh
-	LOCAL_CLUSTER_DIR=$(LOCAL_CLUSTER_DIR) hack/local-up-cluster.sh up
+	LOCAL_CLUSTER_DIR=$(LOCAL_CLUSTER_DIR) REPLICAS=$(REPLICAS) ETCD_MEMBERS=$(ETCD_MEMBERS) hack/local-up-cluster.sh up
 else
 	hack/install-deps.sh node
 	hack/build-tools.sh $(NODE_TOOLS)
@@ -88,7 +94,7 @@ cluster-down:
 	LOCAL_CLUSTER_DIR=$(LOCAL_CLUSTER_DIR) hack/local-up-nodes.sh down
 
 ## test: verify, then unit, integration and end-to-end tests (root: the network tests make namespaces)
-test: verify test-unit test-image test-integration test-e2e test-e2e-node test-bench-quick
+test: verify test-unit test-image test-integration test-e2e test-e2e-node test-bench-quick test-robustness-short
 
 test-unit:
 	hack/install-deps.sh netns
@@ -128,6 +134,19 @@ test-bench-quick: build
 	hack/build-tools.sh
 	$(GO) test $(GO_TEST_FLAGS) ./test/bench/...
 	$(GO) run ./test/bench -quick -out $(CURDIR)/_output/bench/quick
+
+## test-robustness-short: the robustness suite's self-checks, then a short run of each scenario
+## (2 replicas on a 3-member etcd with TLS; the embedded-etcd server): seeded traffic, faults, and
+## validation from etcd's full history (docs/robustness.md). ROBUSTNESS_SEED=N replays a seed
+## (default: a new one, printed); a failing run keeps its files under _output/robustness.
+test-robustness-short: build
+	hack/build-tools.sh etcd etcdctl
+	$(GO) test $(GO_TEST_FLAGS) -v ./test/robustness/... -args $(if $(ROBUSTNESS_SEED),-seed=$(ROBUSTNESS_SEED))
+
+## test-robustness: the full scenarios (minutes each), same checks.
+test-robustness: build
+	hack/build-tools.sh etcd etcdctl
+	$(GO) test -count=1 -timeout 60m -v ./test/robustness/... -args -full $(if $(ROBUSTNESS_SEED),-seed=$(ROBUSTNESS_SEED))
 
 ## bench: network-apiserver against the best CRD for the same API (kube-apiserver, same etcd), on
 ## a local cluster it starts and stops itself; prints a table, writes _output/bench/bench-<time>.json.

@@ -14,6 +14,16 @@
 # Everything lives in LOCAL_CLUSTER_DIR (default _output/local-cluster): certificates,
 # kubeconfigs, pid files, logs (*.log) and data. Fixed loopback ports, each overridable:
 #   ETCD_PORT=32379 ETCD_PEER_PORT=32380 APISERVER_PORT=16443 NETWORK_APISERVER_PORT=8443
+# etcd always uses TLS, for clients (kube-apiserver, network-apiserver, etcdctl: client
+# certificates signed by the etcd CA in pki/etcd-ca.crt) and between members.
+# The topology users run in production, on loopback:
+#   ETCD_MEMBERS=3   etcd members; member i serves clients on ETCD_PORT+2i, peers on ETCD_PEER_PORT+2i
+#                    (member 0 keeps the names etcd.pid, etcd.log; the others etcd-<i>.*)
+#   REPLICAS=2       network-apiserver replicas sharing that etcd; replica i listens on
+#                    NETWORK_APISERVER_PORT+i (replica 0 keeps the names network-apiserver.*, the
+#                    others network-apiserver-<i>.*). The APIServices route to replica 0's port;
+#                    every replica serves clients directly with the same serving certificate.
+# restart-apiserver, stop-apiserver and start-apiserver act on every replica.
 # The APIServices name service network-apiserver/network-apiserver, an ExternalName Service
 # resolving to localhost, on port NETWORK_APISERVER_PORT, where network-apiserver listens.
 # network-apiserver runs with --controllers=false (its controller would build bridges in this
@@ -39,8 +49,22 @@ NETWORK_APISERVER_ARGS=${NETWORK_APISERVER_ARGS:-}
 KUBE_CONTROLLER_MANAGER=${KUBE_CONTROLLER_MANAGER:-true}
 KUBE_APISERVER_ARGS=${KUBE_APISERVER_ARGS:-}
 KUBE_CONTROLLER_MANAGER_ARGS=${KUBE_CONTROLLER_MANAGER_ARGS:-}
-# The processes, in start order; cluster-down stops kube-controller-manager, then the rest in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager network-apiserver)
+ETCD_MEMBERS=${ETCD_MEMBERS:-1}
+REPLICAS=${REPLICAS:-1}
+[[ $ETCD_MEMBERS =~ ^[1-9]$ ]] || { echo "local-up-cluster: ETCD_MEMBERS=$ETCD_MEMBERS: want 1 to 9" >&2; exit 1; }
+[[ $REPLICAS =~ ^[1-9]$ ]] || { echo "local-up-cluster: REPLICAS=$REPLICAS: want 1 to 9" >&2; exit 1; }
+
+# member_name I / replica_name I: the component name of etcd member I / network-apiserver replica I.
+member_name() { if (($1 == 0)); then echo etcd; else echo "etcd-$1"; fi; }
+replica_name() { if (($1 == 0)); then echo network-apiserver; else echo "network-apiserver-$1"; fi; }
+
+# The processes, in start order; cluster-down stops kube-controller-manager, then the rest in
+# reverse. Members and replicas beyond those of this invocation are listed too (up to 9 each), so
+# that cluster-down stops a cluster started with more of them.
+COMPONENTS=()
+for ((i = 0; i < 9; i++)); do COMPONENTS+=("$(member_name "$i")"); done
+COMPONENTS+=(kube-apiserver kube-controller-manager)
+for ((i = 0; i < 9; i++)); do COMPONENTS+=("$(replica_name "$i")"); done
 
 log() { echo "local-up-cluster: $*" >&2; }
 die() {
@@ -120,7 +144,8 @@ poll() {
 
 port_free() { ! (: </dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
 
-# sign NAME CA SUBJECT [SANS] [USAGE]: a key and a certificate signed by CA.
+# sign NAME CA SUBJECT [SANS] [USAGE]: a key and a certificate signed by CA (USAGE: extended key
+# usages, default clientAuth).
 sign() {
   local name=$1 ca=$2 subj=$3 sans=${4:-} usage=${5:-clientAuth} ext=$STATE/pki/$1.ext
   openssl genrsa -out "$STATE/pki/$name.key" 2048 2>/dev/null
@@ -157,6 +182,52 @@ gen_pki() {
   make_ca serving-ca network-apiserver-serving-ca
   sign network-apiserver serving-ca /CN=network-apiserver.network-apiserver.svc \
     "DNS:network-apiserver.network-apiserver.svc,DNS:network-apiserver.network-apiserver.svc.cluster.local,DNS:localhost,IP:127.0.0.1" serverAuth
+  # etcd: its own CA; each member's certificate serves clients and peers and is the client
+  # certificate it dials its peers with; one client certificate for its clients.
+  make_ca etcd-ca local-cluster-etcd-ca
+  local i
+  for ((i = 0; i < ETCD_MEMBERS; i++)); do
+    sign "etcd-member-$i" etcd-ca "/CN=etcd-member-$i" "DNS:localhost,IP:127.0.0.1" serverAuth,clientAuth
+  done
+  sign etcd-client etcd-ca /CN=etcd-client
+}
+
+# etcd_endpoints: the client URLs of every member, comma-separated.
+etcd_endpoints() {
+  local i eps=()
+  for ((i = 0; i < ETCD_MEMBERS; i++)); do eps+=("https://127.0.0.1:$((ETCD_PORT + 2 * i))"); done
+  local IFS=,
+  echo "${eps[*]}"
+}
+
+# etcdctl ARGS...: the pinned etcdctl against this cluster's etcd, with its client certificate.
+etcdctl() {
+  "$BIN/etcdctl" --endpoints "$(etcd_endpoints)" --cacert "$STATE/pki/etcd-ca.crt" \
+    --cert "$STATE/pki/etcd-client.crt" --key "$STATE/pki/etcd-client.key" "$@"
+}
+
+# start_etcd: every member, with TLS for clients and peers; waits until the cluster is healthy.
+start_etcd() {
+  local i initial=() name peer client
+  for ((i = 0; i < ETCD_MEMBERS; i++)); do
+    initial+=("$(member_name "$i")=https://127.0.0.1:$((ETCD_PEER_PORT + 2 * i))")
+  done
+  local cluster
+  cluster=$(IFS=,; echo "${initial[*]}")
+  for ((i = 0; i < ETCD_MEMBERS; i++)); do
+    name=$(member_name "$i")
+    client="https://127.0.0.1:$((ETCD_PORT + 2 * i))"
+    peer="https://127.0.0.1:$((ETCD_PEER_PORT + 2 * i))"
+    start "$name" "$BIN/etcd" --name "$name" --data-dir "$STATE/$name" \
+      --listen-client-urls "$client" --advertise-client-urls "$client" \
+      --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
+      --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token local-cluster \
+      --cert-file "$STATE/pki/etcd-member-$i.crt" --key-file "$STATE/pki/etcd-member-$i.key" \
+      --trusted-ca-file "$STATE/pki/etcd-ca.crt" --client-cert-auth \
+      --peer-cert-file "$STATE/pki/etcd-member-$i.crt" --peer-key-file "$STATE/pki/etcd-member-$i.key" \
+      --peer-trusted-ca-file "$STATE/pki/etcd-ca.crt" --peer-client-cert-auth
+  done
+  poll 60 etcd "etcd health" etcdctl endpoint health
 }
 
 # kubeconfig FILE USER with the credential flags for kubectl config set-credentials.
@@ -170,33 +241,58 @@ kubeconfig() {
   "$BIN/kubectl" --kubeconfig "$file" config use-context local >/dev/null
 }
 
-# start_network_apiserver: run network-apiserver with the arguments cluster-up recorded.
+# start_network_apiserver: run every replica with the arguments cluster-up recorded.
 start_network_apiserver() {
-  local args
-  mapfile -t args <"$STATE/network-apiserver.args"
-  start network-apiserver "${args[@]}"
+  local args name
+  for name in "${COMPONENTS[@]}"; do
+    [[ $name == network-apiserver* && -f $STATE/$name.args ]] || continue
+    mapfile -t args <"$STATE/$name.args"
+    start "$name" "${args[@]}"
+  done
+}
+
+stop_network_apiserver() {
+  local name
+  for name in "${COMPONENTS[@]}"; do
+    [[ $name != network-apiserver* ]] || stop_component "$name"
+  done
+}
+
+# wait_replicas_ready: every replica but the first (the APIServices wait for that one) answers
+# /readyz; they authenticate it like any request, with the admin client certificate.
+wait_replicas_ready() {
+  local name port
+  for name in "${COMPONENTS[@]}"; do
+    [[ $name == network-apiserver-* && -f $STATE/$name.args ]] || continue
+    port=$(sed -n '/^--secure-port$/{n;p}' "$STATE/$name.args")
+    poll 120 "$name" "$name /readyz" curl -sf --cacert "$STATE/pki/serving-ca.crt" \
+      --cert "$STATE/pki/admin.crt" --key "$STATE/pki/admin.key" "https://127.0.0.1:$port/readyz"
+  done
 }
 
 # wait_available: wait for both APIServices to be Available, failing if a server exits.
 wait_available() {
-  local kubectl=("$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig")
+  local kubectl=("$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig") name
   log "waiting for apiservice/v1.samplecrd.k8s.io to become Available"
   local deadline=$((SECONDS + 120))
   until "${kubectl[@]}" wait --for=condition=Available apiservice/v1.samplecrd.k8s.io apiservice/v1beta1.samplecrd.k8s.io --timeout=5s >/dev/null 2>&1; do
-    alive network-apiserver
+    for name in "${COMPONENTS[@]}"; do
+      [[ $name != network-apiserver* || ! -f $STATE/$name.pid ]] || alive "$name"
+    done
     alive kube-apiserver
     if ((SECONDS >= deadline)); then
       "${kubectl[@]}" get apiservice v1.samplecrd.k8s.io -o yaml >&2 || true
       die "apiservice/v1.samplecrd.k8s.io not Available after 120s; see $STATE/*.log"
     fi
   done
+  wait_replicas_ready
 }
 
 # restart_apiserver: stop network-apiserver (if running) and start it again with the same
 # command line, leaving etcd, kube-apiserver and kube-controller-manager alone.
 restart_apiserver() {
   require_cluster
-  stop_component network-apiserver
+  stop_network_apiserver
   start_network_apiserver
   wait_available
   log "network-apiserver restarted"
@@ -208,13 +304,15 @@ require_cluster() {
 
 cluster_up() {
   local b
-  for b in etcd kube-apiserver kube-controller-manager kubectl; do
+  for b in etcd etcdctl kube-apiserver kube-controller-manager kubectl; do
     [[ -x $BIN/$b ]] || die "$BIN/$b is missing: run hack/build-tools.sh"
   done
   [[ -x $BIN/network-apiserver ]] || die "$BIN/network-apiserver is missing: run make build"
   cluster_down
-  local p
-  for p in "$ETCD_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$NETWORK_APISERVER_PORT"; do
+  local p i ports=("$APISERVER_PORT")
+  for ((i = 0; i < ETCD_MEMBERS; i++)); do ports+=($((ETCD_PORT + 2 * i)) $((ETCD_PEER_PORT + 2 * i))); done
+  for ((i = 0; i < REPLICAS; i++)); do ports+=($((NETWORK_APISERVER_PORT + i))); done
+  for p in "${ports[@]}"; do
     port_free "$p" || die "port 127.0.0.1:$p is in use (override with ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT, NETWORK_APISERVER_PORT)"
   done
   mkdir -p "$STATE"
@@ -228,15 +326,12 @@ cluster_up() {
   kubeconfig "$STATE/kube-controller-manager.kubeconfig" kube-controller-manager \
     --client-certificate "$STATE/pki/kube-controller-manager.crt" --client-key "$STATE/pki/kube-controller-manager.key" --embed-certs
 
-  start etcd "$BIN/etcd" --name local --data-dir "$STATE/etcd" \
-    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
-    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT"
-  poll 60 etcd "etcd health" "$BIN/etcdctl" --endpoints "http://127.0.0.1:$ETCD_PORT" endpoint health
+  start_etcd
 
   local args
   printf '%s\n' "$BIN/kube-apiserver" \
-    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --etcd-servers "$(etcd_endpoints)" \
+    --etcd-cafile "$STATE/pki/etcd-ca.crt" --etcd-certfile "$STATE/pki/etcd-client.crt" --etcd-keyfile "$STATE/pki/etcd-client.key" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
     --endpoint-reconciler-type none \
     --client-ca-file "$STATE/pki/ca.crt" \
@@ -286,17 +381,22 @@ cluster_up() {
   token=$("${kubectl[@]}" create token network-apiserver -n network-apiserver --duration 24h)
   kubeconfig "$STATE/network-apiserver.kubeconfig" network-apiserver --token "$token"
 
-  mkdir -p "$STATE/network-apiserver.data"
-  # Recorded, one argument a line, so that restart-apiserver runs exactly the same command.
-  printf '%s\n' "$BIN/network-apiserver" \
-    --etcd-servers "http://127.0.0.1:$ETCD_PORT" --etcd-prefix /network-apiserver \
-    --kubeconfig "$STATE/network-apiserver.kubeconfig" \
-    --tls-cert-file "$STATE/pki/network-apiserver.crt" --tls-private-key-file "$STATE/pki/network-apiserver.key" \
-    --bind-address 127.0.0.1 --secure-port "$NETWORK_APISERVER_PORT" \
-    --controllers=false --template-namespace network-apiserver \
-    --data-dir "$STATE/network-apiserver.data" >"$STATE/network-apiserver.args"
-  # shellcheck disable=SC2086 # split on purpose: one argument per word
-  [[ -z $NETWORK_APISERVER_ARGS ]] || printf '%s\n' $NETWORK_APISERVER_ARGS >>"$STATE/network-apiserver.args"
+  local name
+  for ((i = 0; i < REPLICAS; i++)); do
+    name=$(replica_name "$i")
+    mkdir -p "$STATE/$name.data"
+    # Recorded, one argument a line, so that restart-apiserver runs exactly the same command.
+    printf '%s\n' "$BIN/network-apiserver" \
+      --etcd-servers "$(etcd_endpoints)" --etcd-prefix /network-apiserver \
+      --etcd-cafile "$STATE/pki/etcd-ca.crt" --etcd-certfile "$STATE/pki/etcd-client.crt" --etcd-keyfile "$STATE/pki/etcd-client.key" \
+      --kubeconfig "$STATE/network-apiserver.kubeconfig" \
+      --tls-cert-file "$STATE/pki/network-apiserver.crt" --tls-private-key-file "$STATE/pki/network-apiserver.key" \
+      --bind-address 127.0.0.1 --secure-port "$((NETWORK_APISERVER_PORT + i))" \
+      --controllers=false --template-namespace network-apiserver \
+      --data-dir "$STATE/$name.data" >"$STATE/$name.args"
+    # shellcheck disable=SC2086 # split on purpose: one argument per word
+    [[ -z $NETWORK_APISERVER_ARGS ]] || printf '%s\n' $NETWORK_APISERVER_ARGS >>"$STATE/$name.args"
+  done
   start_network_apiserver
   wait_available
   [[ $KUBE_CONTROLLER_MANAGER == false ]] || alive kube-controller-manager
@@ -308,6 +408,16 @@ network-apiserver is serving behind kube-apiserver at https://127.0.0.1:$APISERV
   export KUBECONFIG=$STATE/admin.kubeconfig
   $BIN/kubectl get networks
 EOF
+  if ((ETCD_MEMBERS > 1 || REPLICAS > 1)); then
+    cat <<EOF
+
+etcd: $ETCD_MEMBERS members at $(etcd_endpoints) (TLS; etcdctl needs --cacert $STATE/pki/etcd-ca.crt
+--cert $STATE/pki/etcd-client.crt --key $STATE/pki/etcd-client.key).
+network-apiserver: $REPLICAS replicas on ports $NETWORK_APISERVER_PORT..$((NETWORK_APISERVER_PORT + REPLICAS - 1)); the APIServices
+route to the first, and each serves directly, e.g.
+  $BIN/kubectl --server https://127.0.0.1:$((NETWORK_APISERVER_PORT + REPLICAS - 1)) --certificate-authority $STATE/pki/serving-ca.crt get networks
+EOF
+  fi
 }
 
 case ${1:-up} in
@@ -316,7 +426,7 @@ down) cluster_down ;;
 restart-apiserver) restart_apiserver ;;
 stop-apiserver)
   require_cluster
-  stop_component network-apiserver
+  stop_network_apiserver
   ;;
 start-apiserver)
   require_cluster

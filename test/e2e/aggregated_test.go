@@ -165,9 +165,15 @@ func TestAggregatedThroughKubeAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, endpoint, _ := strings.Cut(string(args), "--etcd-servers\n")
-	endpoint, _, _ = strings.Cut(endpoint, "\n")
-	raw, err := exec.Command(tool(t, "", "etcdctl"), "--endpoints", endpoint, "get", "--print-value-only",
+	// The local cluster's etcd takes TLS clients only: etcdctl uses the server's own flags.
+	flag := func(name string) string {
+		_, v, _ := strings.Cut(string(args), "--"+name+"\n")
+		v, _, _ = strings.Cut(v, "\n")
+		return v
+	}
+	endpoint := flag("etcd-servers")
+	raw, err := exec.Command(tool(t, "", "etcdctl"), "--endpoints", endpoint, "--cacert", flag("etcd-cafile"),
+		"--cert", flag("etcd-certfile"), "--key", flag("etcd-keyfile"), "get", "--print-value-only",
 		"/network-apiserver/samplecrd.k8s.io/networks/default/backend").Output()
 	if err != nil || !bytes.HasPrefix(raw, []byte("k8s\x00")) || !bytes.Contains(raw, []byte("10.10.0.0/24")) {
 		t.Errorf("etcdctl get (endpoint %q): %v, %d bytes starting %q", endpoint, err, len(raw), raw[:min(len(raw), 16)])
