@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -46,6 +47,7 @@ const (
 	checkAcked      = "acknowledged"    // every acknowledged write is in the history, at its resourceVersion
 	checkFailed     = "failed-write"    // no refused write left anything
 	checkOrder      = "real-time-order" // acknowledged writes' revisions respect real time
+	checkExists     = "existence"       // 409 AlreadyExists and 404 NotFound agree with the history
 	checkStatus     = "status-codes"    // no 500; 503/504 only during an etcd outage; no unexpected code
 	checkWatch      = "watch"           // ordered, unique, gap-free, resumable, lists match the history
 	checkInformer   = "informer"        // each informer's final cache equals a fresh LIST
@@ -62,14 +64,30 @@ func validate(r *replay, ops []op, watches []watchRecord, faults []fault) *findi
 	for _, u := range r.unordered {
 		f.add(checkHistory, "%s", u)
 	}
+	// The request that created each incarnation, to name it next to a violation.
+	createdBy := map[string]string{}
+	for _, o := range ops {
+		if o.Code == http.StatusCreated && o.UID != "" {
+			createdBy[o.UID] = o.String()
+		}
+	}
 	for _, v := range r.violations {
-		f.add(invariantCheck(v.What), "revisions %d..%d: %s", v.FirstRev, v.LastRev, v.What)
+		msg := fmt.Sprintf("revisions %d..%d: %s", v.FirstRev, v.LastRev, v.What)
+		for _, m := range uidPattern.FindAllStringSubmatch(v.What, -1) {
+			if by, ok := createdBy[m[1]]; ok {
+				msg += "\n      uid " + m[1] + " created by " + by
+			}
+		}
+		f.add(invariantCheck(v.What), "%s", msg)
 	}
 	checkOps(f, r, ops, faults)
 	checkOrdering(f, ops)
+	checkExistence(f, r, ops)
 	checkWatches(f, r, watches)
 	return f
 }
+
+var uidPattern = regexp.MustCompile(`(?:uid |UID:)([0-9a-f]{8}-[0-9a-f-]{27})`)
 
 // invariantCheck sorts an invariant violation into its kind, so that the summary shows each.
 func invariantCheck(what string) string {
@@ -217,6 +235,80 @@ func checkOrdering(f *findings, ops []op) {
 		}
 		if a := byEnd[maxBefore[n-1]]; a.RV >= b.RV {
 			f.add(checkOrder, "%s ended before %s started, but its revision %d is not below %d", a, b, a.RV, b.RV)
+		}
+	}
+}
+
+// checkExistence: a create refused with AlreadyExists saw its name taken, and a delete, label
+// or status write answered NotFound saw it free, at some revision the request could have been
+// served at. That revision lies between the highest revision acknowledged to a request that
+// ended before it started and the lowest acknowledged to one that started after it ended
+// (revisions respect real time, which checkOrdering verifies).
+func checkExistence(f *findings, r *replay, ops []op) {
+	var acked []op
+	for _, o := range ops {
+		if o.Err == "" && o.ok() && o.RV > 0 {
+			acked = append(acked, o)
+		}
+	}
+	byEnd := slices.Clone(acked)
+	sort.Slice(byEnd, func(i, j int) bool { return byEnd[i].End < byEnd[j].End })
+	maxRV := make([]int64, len(byEnd))
+	for i, o := range byEnd {
+		maxRV[i] = o.RV
+		if i > 0 {
+			maxRV[i] = max(maxRV[i], maxRV[i-1])
+		}
+	}
+	byStart := slices.Clone(acked)
+	sort.Slice(byStart, func(i, j int) bool { return byStart[i].Start < byStart[j].Start })
+	minRV := make([]int64, len(byStart)) // minRV[i]: lowest revision among byStart[i:]
+	for i := len(byStart) - 1; i >= 0; i-- {
+		minRV[i] = byStart[i].RV
+		if i+1 < len(byStart) {
+			minRV[i] = min(minRV[i], minRV[i+1])
+		}
+	}
+	// Each key's changes, in order.
+	perKey := map[string][]netChange{}
+	for _, c := range r.changes {
+		k := c.Namespace + "/" + c.Name
+		perKey[k] = append(perKey[k], c)
+	}
+	for _, o := range ops {
+		var wantExists bool
+		switch {
+		case o.Err != "":
+			continue
+		case o.Code == http.StatusConflict && o.Reason == "AlreadyExists" && strings.HasPrefix(o.Kind, "create"):
+			wantExists = true
+		case o.Code == http.StatusNotFound && (o.Kind == "delete" || o.Kind == "label" || o.Kind == "status"):
+			wantExists = false
+		default:
+			continue
+		}
+		lo := int64(0)
+		if n := sort.Search(len(byEnd), func(i int) bool { return byEnd[i].End >= o.Start }); n > 0 {
+			lo = maxRV[n-1]
+		}
+		hi := int64(1) << 62
+		if n := sort.Search(len(byStart), func(i int) bool { return byStart[i].Start > o.End }); n < len(byStart) {
+			hi = minRV[n] - 1
+		}
+		changes := perKey[o.Namespace+"/"+o.Name]
+		// exists at lo, and whenever a change in (lo, hi] makes it so.
+		i := sort.Search(len(changes), func(i int) bool { return changes[i].Rev > lo })
+		existsAt := i > 0 && changes[i-1].Type != "DELETED"
+		possible := existsAt == wantExists
+		for ; !possible && i < len(changes) && changes[i].Rev <= hi; i++ {
+			possible = (changes[i].Type != "DELETED") == wantExists
+		}
+		if !possible {
+			state := "absent"
+			if !wantExists {
+				state = "present"
+			}
+			f.add(checkExists, "%s: but %s/%s was %s at every revision from %d to %d", o, o.Namespace, o.Name, state, lo, hi)
 		}
 	}
 }

@@ -18,10 +18,10 @@ type scenario struct {
 
 func scenarios(full bool) []scenario {
 	ha := scenario{Name: "ha", EtcdMembers: 3, Replicas: 2, OverlapScope: "cluster", Clients: 16,
-		Duration: 50 * time.Second, FaultGap: 5 * time.Second, MaxDown: 2 * time.Second,
+		Duration: 45 * time.Second, FaultGap: 5 * time.Second, MaxDown: 2 * time.Second,
 		Faults: []string{faultKillServer, faultRestart, faultStopMember, faultKillMember, faultStopEtcd, faultKillEtcd, faultCompact}}
 	emb := scenario{Name: "embedded", Embedded: true, Replicas: 1, OverlapScope: "namespace", Clients: 16,
-		Duration: 40 * time.Second, FaultGap: 5 * time.Second, MaxDown: 2 * time.Second,
+		Duration: 35 * time.Second, FaultGap: 5 * time.Second, MaxDown: 2 * time.Second,
 		Faults: []string{faultKillServer, faultRestart, faultStopEtcd, faultCompact}}
 	if full {
 		ha.Duration, ha.FaultGap, ha.MaxDown = 5*time.Minute, 10*time.Second, 4*time.Second

@@ -270,3 +270,30 @@ func TestWatchChecks(t *testing.T) {
 		}
 	}
 }
+
+func TestExistenceChecks(t *testing.T) {
+	l := testLayout
+	r := replayHistory(l, join(
+		create(t, l, 2, "a", "x", "u1", "10.1.0.0/24"),
+		create(t, l, 3, "a", "y", "u2", "10.1.1.0/24"),
+		remove(l, 4, "a", "x", "10.1.0.0/24"),
+	))
+	ops := []op{
+		{ID: "c0-1", Kind: "create", Namespace: "a", Name: "x", Start: ms(0), End: ms(10), Code: 201, UID: "u1", RV: 2},
+		{ID: "c0-2", Kind: "create", Namespace: "a", Name: "y", Start: ms(20), End: ms(30), Code: 201, UID: "u2", RV: 3},
+		{ID: "c0-3", Kind: "delete", Namespace: "a", Name: "x", Start: ms(40), End: ms(50), Code: 200, UID: "u1", RV: 4},
+		// Right: x existed at 2..3, y from 3 on.
+		{ID: "c1-1", Kind: "create", Namespace: "a", Name: "x", Start: ms(12), End: ms(35), Code: 409, Reason: "AlreadyExists"},
+		{ID: "c1-2", Kind: "label", Namespace: "a", Name: "x", Start: ms(55), End: ms(60), Code: 404},
+		{ID: "c1-3", Kind: "label", Namespace: "a", Name: "y", Start: ms(5), End: ms(25), Code: 404}, // before 3
+		// Wrong: x was gone for good after 4; y existed throughout after 3.
+		{ID: "c2-1", Kind: "create", Namespace: "a", Name: "x", Start: ms(55), End: ms(60), Code: 409, Reason: "AlreadyExists"},
+		{ID: "c2-2", Kind: "delete", Namespace: "a", Name: "y", Start: ms(35), End: ms(60), Code: 404},
+	}
+	f := &findings{}
+	checkExistence(f, r, ops)
+	got := f.byCheck[checkExists]
+	if len(got) != 2 || !strings.Contains(got[0]+got[1], "op c2-1 ") || !strings.Contains(got[0]+got[1], "op c2-2 ") {
+		t.Errorf("findings %v, want c2-1 and c2-2", got)
+	}
+}
