@@ -142,7 +142,12 @@ func checkOps(f *findings, r *replay, ops []op, faults []fault) {
 			f.add(checkStatus, "%s: 500 %s", o, o.Message)
 			continue
 		case o.Code == http.StatusServiceUnavailable || o.Code == http.StatusGatewayTimeout:
-			if !inWindow(o, faults, etcdOutage) {
+			// A replica that is shutting down (SIGTERM) answers the requests that still reach
+			// it with 503 and Retry-After, as the generic apiserver does.
+			shuttingDown := func(ft fault) bool {
+				return ft.Kind == faultRestart && ft.Replica == o.Replica && o.Code == http.StatusServiceUnavailable
+			}
+			if !inWindow(o, faults, etcdOutage) && !inWindow(o, faults, shuttingDown) {
 				f.add(checkStatus, "%s: %d outside any etcd outage: %s", o, o.Code, o.Message)
 			}
 			continue

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/klog/v2"
 )
 
 var (
@@ -46,6 +48,9 @@ func repoRoot(t testing.TB) string {
 
 // TestRobustness runs each scenario: traffic from many clients, faults, then the validation.
 func TestRobustness(t *testing.T) {
+	// The etcd client's gRPC reconnection warnings would bury the report: every fault makes some.
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
 	root := repoRoot(t)
 	bin := filepath.Join(root, "_output", "bin")
 	for _, b := range []string{"network-apiserver", "etcd"} {

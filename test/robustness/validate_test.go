@@ -196,20 +196,24 @@ func TestOperationChecks(t *testing.T) {
 		{ID: "c7-1", Kind: "label", Namespace: "a", Name: "y", Start: ms(1500), End: ms(1600), Code: 504},             // in the outage
 		{ID: "c8-1", Kind: "label", Namespace: "a", Name: "y", Start: ms(40), End: ms(50), Err: "connection refused"}, // no fault
 		{ID: "c9-1", Kind: "label", Namespace: "a", Name: "y", Start: ms(40), End: ms(50), Code: 400},
+		// 503 from a replica shutting down gracefully: fine on that replica, not on another one.
+		{ID: "c10-1", Replica: 1, Kind: "label", Namespace: "a", Name: "y", Start: ms(10000), End: ms(10001), Code: 503},
+		{ID: "c11-1", Replica: 0, Kind: "label", Namespace: "a", Name: "y", Start: ms(10000), End: ms(10001), Code: 503},
 	}
+	outage = append(outage, fault{Kind: faultRestart, Replica: 1, Start: ms(9900), Restored: ms(10100), Ready: ms(10200)})
 	f := validate(r, ops, nil, outage)
-	want := map[string]int{checkFailed: 1, checkAcked: 2, checkStatus: 4}
+	want := map[string]int{checkFailed: 1, checkAcked: 2, checkStatus: 5}
 	for check, n := range want {
 		if len(f.byCheck[check]) != n {
 			t.Errorf("%s: %d findings, want %d: %v", check, len(f.byCheck[check]), n, f.byCheck[check])
 		}
 	}
-	for _, s := range []string{"c1-1", "c3-1", "c4-1", "c5-1", "c6-1", "c8-1", "c9-1"} {
+	for _, s := range []string{"c1-1", "c3-1", "c4-1", "c5-1", "c6-1", "c8-1", "c9-1", "c11-1"} {
 		if !strings.Contains(f.summary(100), "op "+s+" ") {
 			t.Errorf("no finding names %s:\n%s", s, f.summary(100))
 		}
 	}
-	if strings.Contains(f.summary(100), "op c7-1 ") || strings.Contains(f.summary(100), "op c0-1 ") || strings.Contains(f.summary(100), "op c2-1 ") {
+	if strings.Contains(f.summary(100), "op c7-1 ") || strings.Contains(f.summary(100), "op c10-1 ") || strings.Contains(f.summary(100), "op c0-1 ") || strings.Contains(f.summary(100), "op c2-1 ") {
 		t.Errorf("a correct operation was reported:\n%s", f.summary(100))
 	}
 }
