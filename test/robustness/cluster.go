@@ -104,9 +104,9 @@ func startCluster(ctx context.Context, dir, bin string, sc scenario) (*cluster, 
 	return c, nil
 }
 
-// embeddedEtcd reads the client endpoint of a server's embedded etcd from its data dir. The
-// embedded etcd serves plain http on loopback today; when it gains client TLS, this is the one
-// place that learns where its files are.
+// embeddedEtcd reads the client endpoint of a server's embedded etcd from its data dir, and for
+// an https endpoint the client certificate the server keeps in <data-dir>/etcd-certs (the
+// layout of the embedded etcd's TLS; plain http before it). The one place that knows both.
 func embeddedEtcd(dataDir string) (string, *tls.Config, error) {
 	b, err := os.ReadFile(filepath.Join(dataDir, "etcd.endpoint"))
 	if err != nil {
@@ -116,10 +116,11 @@ func embeddedEtcd(dataDir string) (string, *tls.Config, error) {
 	if !strings.HasPrefix(ep, "https://") {
 		return ep, nil, nil
 	}
+	certs := filepath.Join(dataDir, "etcd-certs")
 	info := transport.TLSInfo{
-		TrustedCAFile: filepath.Join(dataDir, "etcd", "pki", "ca.crt"),
-		CertFile:      filepath.Join(dataDir, "etcd", "pki", "client.crt"),
-		KeyFile:       filepath.Join(dataDir, "etcd", "pki", "client.key"),
+		TrustedCAFile: filepath.Join(certs, "ca.crt"),
+		CertFile:      filepath.Join(certs, "client.crt"),
+		KeyFile:       filepath.Join(certs, "client.key"),
 	}
 	cfg, err := info.ClientConfig()
 	return ep, cfg, err

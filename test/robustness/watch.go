@@ -80,7 +80,7 @@ func rvOf(s string) int64 {
 }
 
 func (w *watcher) run(ctx context.Context) {
-	seg, rv := 0, int64(0)
+	seg, rv, listed := 0, int64(0), false
 	for ctx.Err() == nil {
 		cs, err := versioned.NewForConfig(w.replica.restConfig())
 		if err != nil {
@@ -96,14 +96,12 @@ func (w *watcher) run(ctx context.Context) {
 				continue
 			}
 			seg++
-			rv = rvOf(list.ResourceVersion)
+			rv, listed = rvOf(list.ResourceVersion), true
 			rec := watchRecord{Seg: seg, What: "list", RV: rv}
 			for _, n := range list.Items {
 				rec.Items = append(rec.Items, listItem{Key: n.Namespace + "/" + n.Name, UID: string(n.UID), RV: rvOf(n.ResourceVersion)})
 			}
 			w.add(rec)
-		} else {
-			w.add(watchRecord{Seg: seg, What: "resume", RV: rv})
 		}
 		wi, err := nets.Watch(ctx, metav1.ListOptions{ResourceVersion: strconv.FormatInt(rv, 10), AllowWatchBookmarks: true})
 		if err != nil {
@@ -113,6 +111,11 @@ func (w *watcher) run(ctx context.Context) {
 			pause(ctx, 200*time.Millisecond)
 			continue
 		}
+		if !listed {
+			// A watch again from the last resourceVersion seen, not from a new list.
+			w.add(watchRecord{Seg: seg, What: "resume", RV: rv})
+		}
+		listed = false
 		for ev := range wi.ResultChan() {
 			switch ev.Type {
 			case watch.Bookmark:
