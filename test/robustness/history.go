@@ -45,6 +45,11 @@ func (r *recorder) run(ctx context.Context) {
 	defer close(r.done)
 	next := int64(1)
 	for ctx.Err() == nil {
+		// Watch again after what was received or vouched for: a compaction may have removed
+		// the revisions in between (which held no change under the prefix).
+		r.mu.Lock()
+		next = max(next, r.progress+1)
+		r.mu.Unlock()
 		wctx := clientv3.WithRequireLeader(ctx)
 		ch := r.cli.Watch(wctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(next), clientv3.WithProgressNotify())
 		for resp := range ch {
@@ -64,7 +69,9 @@ func (r *recorder) run(ctx context.Context) {
 				r.events = append(r.events, e)
 				next = e.Rev + 1
 			}
-			if resp.Header.Revision > r.progress && (len(resp.Events) == 0 || resp.IsProgressNotify()) {
+			// Only a progress notification vouches for every change up to its header's revision
+			// (the answer that creates a watch does not: older events may still follow).
+			if resp.IsProgressNotify() && resp.Header.Revision > r.progress {
 				r.progress = resp.Header.Revision
 			}
 			if next-1 > r.progress {
