@@ -48,6 +48,7 @@ const (
 	checkFailed     = "failed-write"    // no refused write left anything
 	checkOrder      = "real-time-order" // acknowledged writes' revisions respect real time
 	checkExists     = "existence"       // 409 AlreadyExists and 404 NotFound agree with the history
+	checkLinear     = "linearizability" // each name's answers are linearizable (porcupine)
 	checkStatus     = "status-codes"    // no 500; 503/504 only during an etcd outage; no unexpected code
 	checkWatch      = "watch"           // ordered, unique, gap-free, resumable, lists match the history
 	checkInformer   = "informer"        // each informer's final cache equals a fresh LIST

@@ -72,6 +72,9 @@ func TestRobustness(t *testing.T) {
 	}
 }
 
+// linearizabilityTimeout bounds porcupine's search on one name.
+const linearizabilityTimeout = 30 * time.Second
+
 // runInfo is what a kept run records about itself, for TestReplay.
 type runInfo struct {
 	Scenario scenario `json:"scenario"`
@@ -251,6 +254,8 @@ func runScenario(t *testing.T, sc scenario, bin, out string, seed int64) {
 	}
 
 	f := validate(rp, ops, watchRecs, faults)
+	linStart := time.Now()
+	t.Logf("%s (%s)", checkLinearizable(f, ops, linearizabilityTimeout), time.Since(linStart).Round(time.Millisecond))
 	for _, p := range problems {
 		check, msg, _ := strings.Cut(p, ": ")
 		f.add(check, "%s", msg)
@@ -316,6 +321,8 @@ func TestReplay(t *testing.T) {
 	}
 	rp := replayHistory(info.Layout, events)
 	f := validate(rp, ops, watches, faults)
+	linStart := time.Now()
+	t.Logf("%s (%s)", checkLinearizable(f, ops, linearizabilityTimeout), time.Since(linStart).Round(time.Millisecond))
 	t.Log("\n" + runReport(info.Scenario, info.Seed, rp, ops, faults, watches, f))
 	if f.total() > 0 {
 		t.Errorf("%d violations\n%s", f.total(), f.summary(20))
