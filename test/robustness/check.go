@@ -48,6 +48,7 @@ const (
 	checkFailed     = "failed-write"    // no refused write left anything
 	checkOrder      = "real-time-order" // acknowledged writes' revisions respect real time
 	checkExists     = "existence"       // 409 AlreadyExists and 404 NotFound agree with the history
+	checkRefused    = "refused-overlap" // a 422 on a create had something to overlap
 	checkLinear     = "linearizability" // each name's answers are linearizable (porcupine)
 	checkStatus     = "status-codes"    // no 500; 503/504 only during an etcd outage; no unexpected code
 	checkWatch      = "watch"           // ordered, unique, gap-free, resumable, lists match the history
@@ -60,7 +61,7 @@ const (
 const outageGrace = 5 * time.Second
 
 // validate checks the run's history, operations and watch records.
-func validate(r *replay, ops []op, watches []watchRecord, faults []fault) *findings {
+func validate(l layout, r *replay, ops []op, watches []watchRecord, faults []fault) *findings {
 	f := &findings{}
 	for _, u := range r.unordered {
 		f.add(checkHistory, "%s", u)
@@ -84,6 +85,7 @@ func validate(r *replay, ops []op, watches []watchRecord, faults []fault) *findi
 	checkOps(f, r, ops, faults)
 	checkOrdering(f, ops)
 	checkExistence(f, r, ops)
+	checkRefusedOverlaps(f, l, r, ops)
 	checkWatches(f, r, watches)
 	return f
 }
@@ -251,36 +253,13 @@ func checkOrdering(f *findings, ops []op) {
 // ended before it started and the lowest acknowledged to one that started after it ended
 // (revisions respect real time, which checkOrdering verifies).
 func checkExistence(f *findings, r *replay, ops []op) {
-	var acked []op
-	for _, o := range ops {
-		if o.Err == "" && o.ok() && o.RV > 0 {
-			acked = append(acked, o)
-		}
-	}
-	byEnd := slices.Clone(acked)
-	sort.Slice(byEnd, func(i, j int) bool { return byEnd[i].End < byEnd[j].End })
-	maxRV := make([]int64, len(byEnd))
-	for i, o := range byEnd {
-		maxRV[i] = o.RV
-		if i > 0 {
-			maxRV[i] = max(maxRV[i], maxRV[i-1])
-		}
-	}
-	byStart := slices.Clone(acked)
-	sort.Slice(byStart, func(i, j int) bool { return byStart[i].Start < byStart[j].Start })
-	minRV := make([]int64, len(byStart)) // minRV[i]: lowest revision among byStart[i:]
-	for i := len(byStart) - 1; i >= 0; i-- {
-		minRV[i] = byStart[i].RV
-		if i+1 < len(byStart) {
-			minRV[i] = min(minRV[i], minRV[i+1])
-		}
-	}
 	// Each key's changes, in order.
 	perKey := map[string][]netChange{}
 	for _, c := range r.changes {
 		k := c.Namespace + "/" + c.Name
 		perKey[k] = append(perKey[k], c)
 	}
+	w := newWindows(ops)
 	for _, o := range ops {
 		var wantExists bool
 		switch {
@@ -293,14 +272,7 @@ func checkExistence(f *findings, r *replay, ops []op) {
 		default:
 			continue
 		}
-		lo := int64(0)
-		if n := sort.Search(len(byEnd), func(i int) bool { return byEnd[i].End >= o.Start }); n > 0 {
-			lo = maxRV[n-1]
-		}
-		hi := int64(1) << 62
-		if n := sort.Search(len(byStart), func(i int) bool { return byStart[i].Start > o.End }); n < len(byStart) {
-			hi = minRV[n] - 1
-		}
+		lo, hi := w.bounds(o)
 		changes := perKey[o.Namespace+"/"+o.Name]
 		// exists at lo, and whenever a change in (lo, hi] makes it so.
 		i := sort.Search(len(changes), func(i int) bool { return changes[i].Rev > lo })
@@ -315,6 +287,111 @@ func checkExistence(f *findings, r *replay, ops []op) {
 				state = "present"
 			}
 			f.add(checkExists, "%s: but %s/%s was %s at every revision from %d to %d", o, o.Namespace, o.Name, state, lo, hi)
+		}
+	}
+}
+
+// windows bound the revision a request was served at: at least the highest revision
+// acknowledged to a request that ended before it started, below the lowest acknowledged to one
+// that started after it ended.
+type windows struct {
+	byEnd, byStart []op
+	maxRV, minRV   []int64
+}
+
+func newWindows(ops []op) *windows {
+	var acked []op
+	for _, o := range ops {
+		if o.Err == "" && o.ok() && o.RV > 0 {
+			acked = append(acked, o)
+		}
+	}
+	w := &windows{byEnd: slices.Clone(acked), byStart: slices.Clone(acked)}
+	sort.Slice(w.byEnd, func(i, j int) bool { return w.byEnd[i].End < w.byEnd[j].End })
+	sort.Slice(w.byStart, func(i, j int) bool { return w.byStart[i].Start < w.byStart[j].Start })
+	w.maxRV = make([]int64, len(acked))
+	for i, o := range w.byEnd {
+		w.maxRV[i] = o.RV
+		if i > 0 {
+			w.maxRV[i] = max(w.maxRV[i], w.maxRV[i-1])
+		}
+	}
+	w.minRV = make([]int64, len(acked)) // minRV[i]: lowest revision among byStart[i:]
+	for i := len(acked) - 1; i >= 0; i-- {
+		w.minRV[i] = w.byStart[i].RV
+		if i+1 < len(acked) {
+			w.minRV[i] = min(w.minRV[i], w.minRV[i+1])
+		}
+	}
+	return w
+}
+
+func (w *windows) bounds(o op) (lo, hi int64) {
+	if n := sort.Search(len(w.byEnd), func(i int) bool { return w.byEnd[i].End >= o.Start }); n > 0 {
+		lo = w.maxRV[n-1]
+	}
+	hi = int64(1) << 62
+	if n := sort.Search(len(w.byStart), func(i int) bool { return w.byStart[i].Start > o.End }); n < len(w.byStart) {
+		hi = w.minRV[n] - 1
+	}
+	return lo, hi
+}
+
+// checkRefusedOverlaps: a create or apply with an explicit prefix answered 422 must, at some
+// revision it could have been served at, have found its prefix overlapped by a Network of its
+// scope, or its name taken (the prefix is immutable).
+func checkRefusedOverlaps(f *findings, l layout, r *replay, ops []op) {
+	w := newWindows(ops)
+	type pending struct {
+		o      op
+		p      netip.Prefix
+		lo, hi int64
+	}
+	var todo []pending
+	for _, o := range ops {
+		if o.Err != "" || o.Code != http.StatusUnprocessableEntity || !(strings.HasPrefix(o.Kind, "create") || o.Kind == "apply") {
+			continue
+		}
+		p, err := netip.ParsePrefix(o.CIDR)
+		if err != nil {
+			continue
+		}
+		lo, hi := w.bounds(o)
+		todo = append(todo, pending{o, p, lo, hi})
+	}
+	sort.Slice(todo, func(i, j int) bool { return todo[i].lo < todo[j].lo })
+	state := map[string]network{} // namespace/name -> the Network, at revision `at`
+	next := 0
+	explains := func(pd pending, key string, n network) bool {
+		if key == pd.o.Namespace+"/"+pd.o.Name {
+			return true
+		}
+		q, err := netip.ParsePrefix(n.CIDR)
+		return err == nil && l.scope(n.Namespace) == l.scope(pd.o.Namespace) && q.Overlaps(pd.p)
+	}
+	for _, pd := range todo {
+		for ; next < len(r.changes) && r.changes[next].Rev <= pd.lo; next++ {
+			c := r.changes[next]
+			if c.Type == "DELETED" {
+				delete(state, c.Namespace+"/"+c.Name)
+			} else {
+				state[c.Namespace+"/"+c.Name] = c.Obj
+			}
+		}
+		ok := false
+		for key, n := range state {
+			if explains(pd, key, n) {
+				ok = true
+				break
+			}
+		}
+		for i := next; !ok && i < len(r.changes) && r.changes[i].Rev <= pd.hi; i++ {
+			if c := r.changes[i]; c.Type != "DELETED" && explains(pd, c.Namespace+"/"+c.Name, c.Obj) {
+				ok = true
+			}
+		}
+		if !ok {
+			f.add(checkRefused, "%s: refused, yet no Network of its scope overlapped %s, nor was its name taken, at any revision from %d to %d", pd.o, pd.p, pd.lo, pd.hi)
 		}
 	}
 }

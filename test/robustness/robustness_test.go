@@ -253,7 +253,7 @@ func runScenario(t *testing.T, sc scenario, bin, out string, seed int64) {
 		}
 	}
 
-	f := validate(rp, ops, watchRecs, faults)
+	f := validate(lay, rp, ops, watchRecs, faults)
 	linStart := time.Now()
 	t.Logf("%s (%s)", checkLinearizable(f, ops, linearizabilityTimeout), time.Since(linStart).Round(time.Millisecond))
 	for _, p := range problems {
@@ -320,7 +320,7 @@ func TestReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	rp := replayHistory(info.Layout, events)
-	f := validate(rp, ops, watches, faults)
+	f := validate(info.Layout, rp, ops, watches, faults)
 	linStart := time.Now()
 	t.Logf("%s (%s)", checkLinearizable(f, ops, linearizabilityTimeout), time.Since(linStart).Round(time.Millisecond))
 	t.Log("\n" + runReport(info.Scenario, info.Seed, rp, ops, faults, watches, f))

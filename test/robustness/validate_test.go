@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,7 +202,7 @@ func TestOperationChecks(t *testing.T) {
 		{ID: "c11-1", Replica: 0, Kind: "label", Namespace: "a", Name: "y", Start: ms(10000), End: ms(10001), Code: 503},
 	}
 	outage = append(outage, fault{Kind: faultRestart, Replica: 1, Start: ms(9900), Restored: ms(10100), Ready: ms(10200)})
-	f := validate(r, ops, nil, outage)
+	f := validate(l, r, ops, nil, outage)
 	want := map[string]int{checkFailed: 1, checkAcked: 2, checkStatus: 5}
 	for check, n := range want {
 		if len(f.byCheck[check]) != n {
@@ -299,5 +300,64 @@ func TestExistenceChecks(t *testing.T) {
 	got := f.byCheck[checkExists]
 	if len(got) != 2 || !strings.Contains(got[0]+got[1], "op c2-1 ") || !strings.Contains(got[0]+got[1], "op c2-2 ") {
 		t.Errorf("findings %v, want c2-1 and c2-2", got)
+	}
+}
+
+func TestRefusedOverlapChecks(t *testing.T) {
+	l := testLayout
+	r := replayHistory(l, join(
+		create(t, l, 2, "a", "x", "u1", "10.1.0.0/16"),
+		remove(l, 3, "a", "x", "10.1.0.0/16"),
+	))
+	ops := []op{
+		{ID: "c0-1", Kind: "create", Namespace: "a", Name: "x", CIDR: "10.1.0.0/16", Start: ms(0), End: ms(10), Code: 201, UID: "u1", RV: 2},
+		{ID: "c0-2", Kind: "delete", Namespace: "a", Name: "x", Start: ms(40), End: ms(50), Code: 200, UID: "u1", RV: 3},
+		// Right: x overlapped while it existed (and b/y in another namespace counts in cluster scope).
+		{ID: "c1-1", Kind: "create", Namespace: "b", Name: "y", CIDR: "10.1.2.0/24", Start: ms(12), End: ms(30), Code: 422},
+		{ID: "c1-2", Kind: "apply", Namespace: "a", Name: "z", CIDR: "10.0.0.0/8", Start: ms(35), End: ms(45), Code: 422},
+		// Wrong: nothing overlaps 10.2.0.0/24, ever; nothing is left after x's delete.
+		{ID: "c2-1", Kind: "create", Namespace: "a", Name: "y", CIDR: "10.2.0.0/24", Start: ms(12), End: ms(30), Code: 422},
+		{ID: "c2-2", Kind: "create-v1beta1", Namespace: "a", Name: "y", CIDR: "10.1.0.0/24", Start: ms(55), End: ms(60), Code: 422},
+	}
+	f := &findings{}
+	checkRefusedOverlaps(f, l, r, ops)
+	got := strings.Join(f.byCheck[checkRefused], "\n")
+	if len(f.byCheck[checkRefused]) != 2 || !strings.Contains(got, "op c2-1 ") || !strings.Contains(got, "op c2-2 ") {
+		t.Errorf("findings %v, want c2-1 and c2-2", got)
+	}
+	// In namespace scope, another namespace's Network explains nothing.
+	ns := layout{Prefix: etcdPrefix, PerNamespace: true}
+	f = &findings{}
+	checkRefusedOverlaps(f, ns, r, ops[:3])
+	if len(f.byCheck[checkRefused]) != 1 || !strings.Contains(f.byCheck[checkRefused][0], "op c1-1 ") {
+		t.Errorf("namespace scope: findings %v, want c1-1", f.byCheck[checkRefused])
+	}
+}
+
+func TestNameLinearizability(t *testing.T) {
+	ops := []op{
+		{ID: "c0-1", Client: 0, Kind: "create", Namespace: "a", Name: "x", Start: ms(0), End: ms(10), Code: 201, UID: "u1", RV: 2},
+		{ID: "c1-1", Client: 1, Kind: "label", Namespace: "a", Name: "x", Start: ms(20), End: ms(30), Code: 200, UID: "u1", RV: 3},
+		{ID: "c0-2", Client: 0, Kind: "delete", Namespace: "a", Name: "x", Start: ms(40), End: ms(50), Code: 200, UID: "u1"},
+		{ID: "c1-2", Client: 1, Kind: "status", Namespace: "a", Name: "x", Start: ms(60), End: ms(70), Code: 404},
+		{ID: "c2-1", Client: 2, Kind: "label", Namespace: "a", Name: "x", Start: ms(5), End: ms(15), Err: "EOF"}, // no answer
+	}
+	f := &findings{}
+	checkLinearizable(f, ops, 10*time.Second)
+	if f.total() != 0 {
+		t.Fatalf("a linearizable history was reported: %v", f.byCheck)
+	}
+	bad := map[string]op{
+		"404 while present":                {ID: "c3-1", Client: 3, Kind: "label", Namespace: "a", Name: "x", Start: ms(20), End: ms(30), Code: 404},
+		"AlreadyExists while absent":       {ID: "c3-1", Client: 3, Kind: "create", Namespace: "a", Name: "x", Start: ms(60), End: ms(70), Code: 409, Reason: "AlreadyExists"},
+		"a second 201 while present":       {ID: "c3-1", Client: 3, Kind: "create", Namespace: "a", Name: "x", Start: ms(20), End: ms(30), Code: 201, UID: "u2"},
+		"an update of another incarnation": {ID: "c3-1", Client: 3, Kind: "label", Namespace: "a", Name: "x", Start: ms(20), End: ms(30), Code: 200, UID: "u9"},
+	}
+	for name, o := range bad {
+		f := &findings{}
+		checkLinearizable(f, append(slices.Clone(ops), o), 10*time.Second)
+		if len(f.byCheck[checkLinear]) != 1 {
+			t.Errorf("%s: findings %v", name, f.byCheck)
+		}
 	}
 }
