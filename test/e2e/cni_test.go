@@ -549,16 +549,26 @@ func TestRuntimeAttachesPods(t *testing.T) {
 	}
 	for _, nw := range nets {
 		dir := filepath.Join(n.ipamDir, linux.NetworkName(nw.key))
+		var left []string
+		var stored *v1.Network
 		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			_, getErr := n.client.SamplecrdV1().Networks("default").Get(ctx, nw.name, metav1.GetOptions{})
+			var getErr error
+			stored, getErr = n.client.SamplecrdV1().Networks("default").Get(ctx, nw.name, metav1.GetOptions{})
 			_, linkErr := nodeNS.Netlink.LinkByName(netbackend.BridgeName(nw.key))
 			_, confErr := os.Stat(linux.ConfPath(n.confDir, nw.key))
 			_, dirErr := os.Stat(dir)
-			return apierrors.IsNotFound(getErr) && errors.As(linkErr, new(netlink.LinkNotFoundError)) &&
-				errors.Is(confErr, os.ErrNotExist) && errors.Is(dirErr, os.ErrNotExist), nil
+			left = nil
+			for what, gone := range map[string]bool{"the Network": apierrors.IsNotFound(getErr),
+				"the bridge": errors.As(linkErr, new(netlink.LinkNotFoundError)), "the configuration": errors.Is(confErr, os.ErrNotExist),
+				"host-local's state " + dir: errors.Is(dirErr, os.ErrNotExist)} {
+				if !gone {
+					left = append(left, what)
+				}
+			}
+			return len(left) == 0, nil
 		})
 		if err != nil {
-			t.Errorf("%s: Network, bridge, configuration or host-local state %s left after the delete: %v", nw.key, dir, err)
+			t.Errorf("%s: %v left after the delete: %v\nthe Network: %+v\nserver log:\n%s", nw.key, left, err, stored, tail(n.log))
 		}
 	}
 }
