@@ -551,7 +551,9 @@ func TestRuntimeAttachesPods(t *testing.T) {
 		dir := filepath.Join(n.ipamDir, linux.NetworkName(nw.key))
 		var left []string
 		var stored *v1.Network
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		// The bound covers the controller's longest retry backoff (2 minutes): a release that
+		// needed a retry still passes, one that never comes fails.
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 150*time.Second, true, func(ctx context.Context) (bool, error) {
 			var getErr error
 			stored, getErr = n.client.SamplecrdV1().Networks("default").Get(ctx, nw.name, metav1.GetOptions{})
 			_, linkErr := nodeNS.Netlink.LinkByName(netbackend.BridgeName(nw.key))
