@@ -41,6 +41,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${BIN:-$ROOT/_output/bin}
 STATE=${LOCAL_CLUSTER_DIR:-$ROOT/_output/local-cluster}
+# shellcheck source=lib/pki.sh
+source "$ROOT/hack/lib/pki.sh"
 ETCD_PORT=${ETCD_PORT:-32379}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-32380}
 APISERVER_PORT=${APISERVER_PORT:-16443}
@@ -144,28 +146,11 @@ poll() {
 
 port_free() { ! (: </dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
 
-# sign NAME CA SUBJECT [SANS] [USAGE]: a key and a certificate signed by CA (USAGE: extended key
-# usages, default clientAuth).
-sign() {
-  local name=$1 ca=$2 subj=$3 sans=${4:-} usage=${5:-clientAuth} ext=$STATE/pki/$1.ext
-  openssl genrsa -out "$STATE/pki/$name.key" 2048 2>/dev/null
-  openssl req -new -key "$STATE/pki/$name.key" -subj "$subj" -out "$STATE/pki/$name.csr" 2>/dev/null
-  {
-    echo "basicConstraints=critical,CA:FALSE"
-    echo "keyUsage=critical,digitalSignature,keyEncipherment"
-    echo "extendedKeyUsage=$usage"
-    [[ -z $sans ]] || echo "subjectAltName=$sans"
-  } >"$ext"
-  openssl x509 -req -in "$STATE/pki/$name.csr" -CA "$STATE/pki/$ca.crt" -CAkey "$STATE/pki/$ca.key" \
-    -CAcreateserial -days 365 -sha256 -extfile "$ext" -out "$STATE/pki/$name.crt" 2>/dev/null
-  rm -f "$STATE/pki/$name.csr" "$ext"
-}
+# sign NAME CA SUBJECT [SANS] [USAGE]: a key and a certificate in pki/ signed by pki/CA.
+sign() { pki_sign "$STATE/pki" "$1" "$STATE/pki/$2" "${@:3}"; }
 
-make_ca() {
-  openssl req -x509 -newkey rsa:2048 -nodes -days 365 -sha256 -subj "/CN=$2" \
-    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
-    -keyout "$STATE/pki/$1.key" -out "$STATE/pki/$1.crt" 2>/dev/null
-}
+# make_ca NAME CN: a CA in pki/.
+make_ca() { pki_ca "$STATE/pki" "$1" "$2"; }
 
 gen_pki() {
   mkdir -p "$STATE/pki"

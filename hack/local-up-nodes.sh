@@ -52,6 +52,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${BIN:-$ROOT/_output/bin}
 STATE=${LOCAL_CLUSTER_DIR:-$ROOT/_output/local-cluster}
+# shellcheck source=lib/pki.sh
+source "$ROOT/hack/lib/pki.sh"
 NODES=${NODES:-2}
 ETCD_PORT=${ETCD_PORT:-32379}
 APISERVER_PORT=${APISERVER_PORT:-16443}
@@ -180,21 +182,7 @@ kubectl() { "$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig" "$@"; }
 
 # sign NAME SUBJECT [SANS] [USAGE]: a key and certificate in NODES_DIR/pki signed by the cluster
 # CA that hack/local-up-cluster.sh made.
-sign() {
-  local name=$1 subj=$2 sans=${3:-} usage=${4:-clientAuth} d=$NODES_DIR/pki
-  mkdir -p "$d"
-  openssl genrsa -out "$d/$name.key" 2048 2>/dev/null
-  openssl req -new -key "$d/$name.key" -subj "$subj" -out "$d/$name.csr" 2>/dev/null
-  {
-    echo "basicConstraints=critical,CA:FALSE"
-    echo "keyUsage=critical,digitalSignature,keyEncipherment"
-    echo "extendedKeyUsage=$usage"
-    [[ -z $sans ]] || echo "subjectAltName=$sans"
-  } >"$d/$name.ext"
-  openssl x509 -req -in "$d/$name.csr" -CA "$STATE/pki/ca.crt" -CAkey "$STATE/pki/ca.key" \
-    -CAcreateserial -days 365 -sha256 -extfile "$d/$name.ext" -out "$d/$name.crt" 2>/dev/null
-  rm -f "$d/$name.csr" "$d/$name.ext"
-}
+sign() { pki_sign "$NODES_DIR/pki" "$1" "$STATE/pki/ca" "${@:2}"; }
 
 # kubeconfig FILE SERVER CERTNAME: a kubeconfig for the client certificate CERTNAME. The server
 # certificate names "kubernetes", not 10.200.0.1: tls-server-name says which name to check.
