@@ -62,7 +62,7 @@ func (n *node) start() {
 	n.cmd = exec.Command(tool(t, "SERVER", "network-apiserver"),
 		"--data-dir", n.dataDir, "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(n.port),
 		"--backend-netns", n.ns.Path, "--cni-conf-dir", n.confDir, "--cni-ipam-data-dir", n.ipamDir,
-		"--node-name", "e2e-node", "--controller-resync-period", "1s")
+		"--node-name", "e2e-node", "--controller-resync-period", "1s", "-v=2")
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -174,11 +174,17 @@ var loopback = []byte(`{"cniVersion":"1.1.0","name":"cni-loopback","type":"loopb
 
 // add creates a pod namespace and attaches it: loopback, then the Network's list (ADD).
 func (n *node) add(key, id string) *pod {
+	n.t.Helper()
+	return n.addWith(key, id, nil)
+}
+
+// addWith is add with the runtime's capability arguments (portMappings, for example).
+func (n *node) addWith(key, id string, capabilityArgs map[string]any) *pod {
 	t := n.t
 	t.Helper()
 	ns := netnstest.New(t, "pod")
 	ns.DisableDAD(t)
-	p := &pod{id: id, ns: ns, list: n.confList(key), rt: &libcni.RuntimeConf{ContainerID: id, NetNS: ns.Path, IfName: "eth0"}}
+	p := &pod{id: id, ns: ns, list: n.confList(key), rt: &libcni.RuntimeConf{ContainerID: id, NetNS: ns.Path, IfName: "eth0", CapabilityArgs: capabilityArgs}}
 	lo, err := libcni.ConfFromBytes(loopback)
 	if err != nil {
 		t.Fatal(err)
@@ -547,6 +553,7 @@ func TestRuntimeAttachesPods(t *testing.T) {
 			n.del(p)
 		}
 	}
+	detached := time.Now()
 	for _, nw := range nets {
 		dir := filepath.Join(n.ipamDir, linux.NetworkName(nw.key))
 		var left []string
@@ -570,8 +577,12 @@ func TestRuntimeAttachesPods(t *testing.T) {
 			return len(left) == 0, nil
 		})
 		if err != nil {
-			t.Errorf("%s: %v left after the delete: %v\nthe Network: %+v\nserver log:\n%s", nw.key, left, err, stored, tail(n.log))
+			t.Errorf("%s: %v left after the delete: %v\nthe Network: %+v\nlinks in the node: %s\nserver log:\n%s",
+				nw.key, left, err, stored, describeLinks(nodeNS), tail(n.log))
+			continue
 		}
+		t.Logf("%s: the Network and its bridge, configuration and host-local state gone %v after the pods' DEL",
+			nw.key, time.Since(detached).Round(time.Millisecond))
 	}
 }
 
@@ -600,4 +611,18 @@ func waitPorts(t *testing.T, ns *netnstest.NS, key string, want int) {
 	if err != nil {
 		t.Fatalf("bridge %s of %s has %d ports, want %d: %v", bridge, key, got, want, err)
 	}
+}
+
+// describeLinks lists the links of ns with their master's index, for a failure message.
+func describeLinks(ns *netnstest.NS) string {
+	links, err := ns.Netlink.LinkList()
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, l := range links {
+		a := l.Attrs()
+		fmt.Fprintf(&b, "\n  %d %s alias=%q master=%d state=%s", a.Index, a.Name, a.Alias, a.MasterIndex, a.OperState)
+	}
+	return b.String()
 }
