@@ -113,7 +113,7 @@ test-integration:
 ## long on a 2-core machine; later runs reuse them). etcdctl too: the local cluster uses it.
 test-e2e: build
 	hack/build-tools.sh
-	hack/install-deps.sh netns
+	hack/install-deps.sh netns iptables
 	$(GO) test $(GO_TEST_FLAGS) ./test/e2e/...
 
 ## test-e2e-node (root): make cluster-up NODES=2 and what runs on it (test/e2e/node_test.go), then

@@ -2,6 +2,7 @@
 # Installs the Debian packages a make target needs, once: the only system packages we use.
 #   protoc   - protobuf compiler and well-known .proto files, for hack/update-codegen.sh
 #   netns    - iproute2 for the network-namespace tests
+#   iptables - iptables, for the CNI bridge (ipMasq) and portmap plugins in the runtime e2e
 #   node     - containerd, runc, iptables, nftables and conntrack for the local cluster's real nodes
 #              (hack/local-up-nodes.sh)
 set -o errexit -o nounset -o pipefail
@@ -10,6 +11,7 @@ for what in "$@"; do
   case "${what}" in
     protoc) command -v protoc >/dev/null && [ -f /usr/include/google/protobuf/descriptor.proto ] || need+=(protobuf-compiler libprotobuf-dev) ;;
     netns) command -v ip >/dev/null || need+=(iproute2) ;;
+    iptables) command -v iptables >/dev/null || need+=(iptables) ;;
     node)
       command -v ip >/dev/null || need+=(iproute2)
       command -v containerd >/dev/null || need+=(containerd)
