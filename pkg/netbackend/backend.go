@@ -68,18 +68,24 @@ type Actual struct {
 	// Ports are the interfaces attached to the bridge (the pods' host-side veths): the
 	// Network's attachments on this node.
 	Ports []string
+	// Leases are the addresses the IPAM plugin (host-local) still holds for the Network on
+	// this node. A runtime's DEL removes the pod's veth before it releases the address, so a
+	// lease without a port is a DEL under way (or one that never finished).
+	Leases []string
 }
 
 // Backend realises Networks on one node.
 type Backend interface {
-	// Observe returns what is on the node for key, or nil when nothing of ours is there.
+	// Observe returns what is on the node for key (its bridge, configuration or IPAM state), or
+	// nil when nothing of ours is there.
 	Observe(ctx context.Context, key string) (*Actual, error)
 	// Ensure makes the node match d and returns a short description of each change it made;
 	// none when the node already matched (so a resync of an unchanged Network writes nothing).
 	Ensure(ctx context.Context, d Desired) (changes []string, err error)
 	// Remove deletes the bridge and the CNI configuration of key, if they are ours.
 	Remove(ctx context.Context, key string) error
-	// List returns the keys of every Network whose bridge or configuration (marked as ours) is on the node.
+	// List returns the keys of every Network whose bridge or configuration (marked as ours), or
+	// whose IPAM state, is on the node.
 	List(ctx context.Context) ([]string, error)
 	// Watch calls notify with a Network's key whenever something changes on a bridge of ours or
 	// on a link with a name one of our Networks uses, until ctx is done.

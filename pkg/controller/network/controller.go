@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	applyv1 "github.com/samplecrd/network-apiserver/pkg/generated/applyconfiguration/samplecrd/v1"
@@ -53,6 +54,10 @@ type Options struct {
 	// MaxRetries is how often a failing Network is retried with backoff before it waits for
 	// the next change or resync.
 	MaxRetries int
+	// LeaseGrace is how long a Network being deleted, with no pods attached on the node but
+	// addresses still leased by the IPAM plugin, waits for those leases to go before it is
+	// released anyway (its leftover leases are then removed with it). Default 30s.
+	LeaseGrace time.Duration
 }
 
 // Controller converges one node's networks with the Networks in the API.
@@ -63,6 +68,12 @@ type Controller struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	backend netbackend.Backend
 	opts    Options
+
+	// leasesSeen records, per Network being deleted, when its leases without ports were first
+	// seen (see Options.LeaseGrace).
+	leasesMu   sync.Mutex
+	leasesSeen map[string]time.Time
+	clock      clock.PassiveClock
 }
 
 // FieldManagerPrefix is the prefix of each node's field manager for status.nodes.
@@ -79,13 +90,18 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 	if opts.MaxRetries == 0 {
 		opts.MaxRetries = 15
 	}
+	if opts.LeaseGrace == 0 {
+		opts.LeaseGrace = 30 * time.Second
+	}
 	registerControllerMetrics()
 	c := &Controller{
-		client:  client,
-		lister:  informer.Lister(),
-		synced:  informer.Informer().HasSynced,
-		backend: backend,
-		opts:    opts,
+		client:     client,
+		lister:     informer.Lister(),
+		synced:     informer.Informer().HasSynced,
+		backend:    backend,
+		opts:       opts,
+		leasesSeen: map[string]time.Time{},
+		clock:      clock.RealClock{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 2*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "network"}),
@@ -208,7 +224,7 @@ func (c *Controller) sync(ctx context.Context, key string) (string, error) {
 		return "in_sync", nil
 	}
 	reason := EventRepaired
-	if before == nil && observeErr == nil {
+	if observeErr == nil && (before == nil || before.Bridge == "" && before.CNIConfig == nil) {
 		reason = EventCreated
 	}
 	if slices.ContainsFunc(changes, func(c string) bool { return strings.HasPrefix(c, netbackend.AdoptedPrefix) }) {
@@ -271,6 +287,7 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 		count = int32(len(actual.Ports))
 	}
 	if count > 0 {
+		c.leasesDone(key)
 		var failure error
 		if desired, err := desiredOf(key, n); err == nil {
 			_, failure = c.backend.Ensure(ctx, desired)
@@ -284,6 +301,23 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 		}
 		return "terminating", nil
 	}
+	// A runtime's DEL removes the pod's veth before the IPAM plugin releases its address:
+	// releasing now would remove host-local's directory under that DEL, which then leaves it
+	// behind. Wait (a little) for the leases to go.
+	if actual != nil && len(actual.Leases) > 0 {
+		if wait, left := c.leasesPending(key); wait {
+			if _, err := c.report(ctx, n, 0, netbackend.Errorf(ReasonTerminating,
+				"the Network is being deleted; no pods are attached on node %s, but addresses %s are still leased (a runtime's DEL under way?): waiting up to %v for their release",
+				c.opts.NodeName, strings.Join(actual.Leases, ", "), left.Round(time.Second))); err != nil {
+				return "error", err
+			}
+			c.queue.AddAfter(key, leaseRecheck)
+			return "terminating", nil
+		}
+		klog.FromContext(ctx).Info("Leases without pods outlived the grace period; they go with the Network",
+			"network", key, "leases", actual.Leases, "grace", c.opts.LeaseGrace)
+	}
+	c.leasesDone(key)
 	updated, err := c.report(ctx, n, 0, netbackend.Errorf(ReasonTerminating,
 		"the Network is being deleted; no pods are attached on node %s", c.opts.NodeName))
 	if err != nil || updated == nil {
@@ -298,6 +332,31 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 	}
 	klog.FromContext(ctx).Info("No pods attached on any node; released the Network for deletion", "network", key)
 	return "terminating", nil
+}
+
+// leaseRecheck is how often a Network waiting for its leases (see Options.LeaseGrace) looks
+// again: host-local's files are not watched.
+const leaseRecheck = 200 * time.Millisecond
+
+// leasesPending records that key has leases without ports and tells whether to keep waiting for
+// them, and how much longer at most.
+func (c *Controller) leasesPending(key string) (bool, time.Duration) {
+	c.leasesMu.Lock()
+	defer c.leasesMu.Unlock()
+	first, ok := c.leasesSeen[key]
+	if !ok {
+		first = c.clock.Now()
+		c.leasesSeen[key] = first
+	}
+	left := c.opts.LeaseGrace - c.clock.Since(first)
+	return left > 0, left
+}
+
+// leasesDone forgets key's wait for leases.
+func (c *Controller) leasesDone(key string) {
+	c.leasesMu.Lock()
+	defer c.leasesMu.Unlock()
+	delete(c.leasesSeen, key)
 }
 
 // releasable tells whether n carries ProtectionFinalizer and no node's entry reports attachments.
@@ -334,6 +393,7 @@ func setFinalizer(ctx context.Context, client versioned.Interface, n *v1.Network
 }
 
 func (c *Controller) remove(ctx context.Context, key string) (string, error) {
+	c.leasesDone(key)
 	if actual, err := c.backend.Observe(ctx, key); err == nil && actual == nil {
 		return "in_sync", nil
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
+	testingclock "k8s.io/utils/clock/testing"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/fake"
@@ -534,5 +535,77 @@ func TestUnreadableNodeKeepsTheFinalizer(t *testing.T) {
 	}
 	if n := f.refresh("web"); !slices.Contains(n.Finalizers, ProtectionFinalizer) {
 		t.Fatalf("finalizer removed without knowing the node's attachments: %v", n.Finalizers)
+	}
+}
+
+// TestReleaseWaitsForLeases: a runtime's DEL removes the pod's veth before host-local releases
+// its address; a Network being deleted whose last port went but whose addresses are still leased
+// waits for the leases (up to LeaseGrace), so that its removal does not race the DEL and leave
+// host-local's directory behind. Past the grace, leases that never go do not hold it forever.
+func TestReleaseWaitsForLeases(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	f.backend.SetPorts("team/web", "veth1")
+	f.backend.SetLeases("team/web", "10.1.0.2")
+	n := f.refresh("web")
+	now := metav1.Now()
+	n.DeletionTimestamp = &now
+	if err := f.indexer.Update(n); err != nil {
+		t.Fatal(err)
+	}
+	deleting := func() {
+		t.Helper()
+		n := f.refresh("web")
+		n.DeletionTimestamp = &now
+		if err := f.indexer.Update(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The veth is gone, the lease not yet: kept, and the status names the lease.
+	f.backend.SetPorts("team/web")
+	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
+		t.Fatalf("sync with a lease left: %s, %v", result, err)
+	}
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+		t.Fatalf("released while host-local still leases 10.1.0.2: %v", n.Finalizers)
+	}
+	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || !strings.Contains(applied[0].Message, "10.1.0.2") {
+		t.Fatalf("status while the lease is held: %+v", applied)
+	}
+	// The DEL finishes: released.
+	f.backend.SetLeases("team/web")
+	deleting()
+	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
+		t.Fatalf("sync with no lease left: %s, %v", result, err)
+	}
+	if n := f.refresh("web"); slices.Contains(n.Finalizers, ProtectionFinalizer) {
+		t.Fatalf("kept with no pods and no leases: %v", n.Finalizers)
+	}
+
+	// A lease that never goes (a DEL that never finished) holds the Network only for the grace.
+	g := newFixture(t, network("db", "10.2.0.0/24", "10.2.0.1", 1))
+	fakeClock := testingclock.NewFakePassiveClock(time.Now())
+	g.controller.clock = fakeClock
+	if _, err := g.sync("team/db"); err != nil {
+		t.Fatal(err)
+	}
+	g.backend.SetLeases("team/db", "10.2.0.5")
+	for i := range 2 { // the first sync waits, the second comes after the grace
+		n := g.refresh("db")
+		n.DeletionTimestamp = &now
+		if err := g.indexer.Update(n); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			fakeClock.SetTime(fakeClock.Now().Add(g.controller.opts.LeaseGrace))
+		}
+		if _, err := g.sync("team/db"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := g.refresh("db"); slices.Contains(n.Finalizers, ProtectionFinalizer) {
+		t.Fatalf("a lease that never goes held the Network past the grace: %v", n.Finalizers)
 	}
 }

@@ -362,6 +362,16 @@ func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, er
 		}
 		actual.CNIConfig = content
 	}
+	leases, dir, err := b.leases(key)
+	if err != nil {
+		return nil, fail(err, "reading host-local's leases of network %s", key)
+	}
+	if dir && actual == nil {
+		actual = &netbackend.Actual{Key: key} // only host-local's directory is left: Remove cleans it
+	}
+	if actual != nil {
+		actual.Leases = leases
+	}
 	return actual, nil
 }
 
@@ -525,11 +535,7 @@ func (b *Backend) attachedPorts(link netlink.Link, key string) ([]string, error)
 // leaseHolder returns the container ID to which host-local leased ip in key's network, "" when
 // none: host-local records a lease as a file named by the address in its network's directory.
 func (b *Backend) leaseHolder(key string, ip netip.Addr) string {
-	dir := b.cfg.IPAMDataDir
-	if dir == "" {
-		dir = DefaultIPAMDataDir
-	}
-	content, err := os.ReadFile(filepath.Join(dir, NetworkName(key), ip.String()))
+	content, err := os.ReadFile(filepath.Join(b.leaseDir(key), ip.String()))
 	if err != nil {
 		return ""
 	}
@@ -537,6 +543,63 @@ func (b *Backend) leaseHolder(key string, ip netip.Addr) string {
 		return strings.TrimSpace(id)
 	}
 	return "(unknown container)"
+}
+
+// ipamDataDir is host-local's data directory: one directory per network name.
+func (b *Backend) ipamDataDir() string {
+	if b.cfg.IPAMDataDir != "" {
+		return b.cfg.IPAMDataDir
+	}
+	return DefaultIPAMDataDir
+}
+
+// leaseDir is the directory in which host-local records key's leases.
+func (b *Backend) leaseDir(key string) string {
+	return filepath.Join(b.ipamDataDir(), NetworkName(key))
+}
+
+// leases returns the addresses host-local holds for key (a file named by each address), sorted,
+// and whether host-local has a directory for key at all (it keeps one, with its lock file,
+// after the last lease went).
+func (b *Backend) leases(key string) ([]string, bool, error) {
+	entries, err := os.ReadDir(b.leaseDir(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var out []string
+	for _, e := range entries {
+		if _, err := netip.ParseAddr(e.Name()); err == nil && e.Type().IsRegular() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, true, nil // ReadDir sorts by name
+}
+
+// leaseDirKeys returns the keys of the networks that have a directory of ours in host-local's
+// data directory (named by NetworkName, so only names it can map back are recognised).
+func (b *Backend) leaseDirKeys() ([]string, error) {
+	entries, err := os.ReadDir(b.ipamDataDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "samplecrd_")
+		namespace, name, found := strings.Cut(rest, "_")
+		if !ok || !found || !e.IsDir() {
+			continue
+		}
+		if key := namespace + "/" + name; NetworkName(key) == e.Name() {
+			keys = append(keys, key)
+		}
+	}
+	return keys, nil
 }
 
 // adoptable tells whether link, a bridge with key's bridge name that is not marked as ours, is
@@ -820,11 +883,7 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 	}
 	// host-local's reservations for the network: without the configuration no runtime can DEL
 	// against it any more, so whatever is left there is a leak.
-	ipamDir := b.cfg.IPAMDataDir
-	if ipamDir == "" {
-		ipamDir = DefaultIPAMDataDir
-	}
-	leases := filepath.Join(ipamDir, NetworkName(key))
+	leases := b.leaseDir(key)
 	if _, err := os.Lstat(leases); err == nil {
 		if err := os.RemoveAll(leases); err != nil {
 			return fail(err, "removing host-local's leftover reservations %s", leases)
@@ -864,6 +923,11 @@ func (b *Backend) List(context.Context) ([]string, error) {
 		b.remember(key, netbackend.BridgeName(key), 0)
 	}
 	keys = append(keys, confKeys...)
+	leaseKeys, err := b.leaseDirKeys()
+	if err != nil {
+		return nil, fail(err, "listing host-local's data directory %s", b.ipamDataDir())
+	}
+	keys = append(keys, leaseKeys...)
 	slices.Sort(keys)
 	return slices.Compact(keys), nil
 }

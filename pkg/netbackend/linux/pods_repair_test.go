@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -362,5 +363,60 @@ func TestRemoveCleansHostLocalState(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(other, "10.99.0.7")); err != nil {
 		t.Errorf("another network's lease went too: %v", err)
+	}
+}
+
+// TestLeasesObservedAndCollected: Observe reports host-local's leases (a runtime's DEL removes
+// the veth before it releases the address, so the controller waits for them), and a directory
+// host-local left for a Network that is gone (a DEL that finished after the Network's removal
+// recreates it with its lock file) is listed, observed and removed like any leftover of ours.
+func TestLeasesObservedAndCollected(t *testing.T) {
+	e := newEnv(t)
+	ipamDir := t.TempDir()
+	e.b = e.newBackend(Config{IPAMDataDir: ipamDir})
+	ctx := context.Background()
+	d := desired4("default/leases")
+	e.ensure(d)
+	mine := filepath.Join(ipamDir, NetworkName(d.Key))
+	write := func(dir string, files ...string) {
+		t.Helper()
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(dir, f), []byte("container\neth0"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(mine, "lock", "last_reserved_ip.0", "10.99.0.7", "10.99.0.9")
+	a, err := e.b.Observe(ctx, d.Key)
+	if err != nil || a == nil || !slices.Equal(a.Leases, []string{"10.99.0.7", "10.99.0.9"}) {
+		t.Fatalf("Observe with two leases: %+v, %v; want leases 10.99.0.7, 10.99.0.9", a, err)
+	}
+
+	// Only host-local's directory is left of a Network that is gone.
+	gone := "default/gone"
+	leftover := filepath.Join(ipamDir, NetworkName(gone))
+	write(leftover, "lock")
+	write(filepath.Join(ipamDir, "someone-elses-network"), "lock", "10.1.0.2")
+	keys, err := e.b.List(ctx)
+	if err != nil || !slices.Contains(keys, gone) || !slices.Contains(keys, d.Key) || len(keys) != 2 {
+		t.Fatalf("List: %v, %v; want %s and %s", keys, err, d.Key, gone)
+	}
+	if a, err := e.b.Observe(ctx, gone); err != nil || a == nil || a.Bridge != "" || len(a.Leases) != 0 {
+		t.Fatalf("Observe of a leftover directory: %+v, %v; want something of ours with no bridge and no leases", a, err)
+	}
+	if err := e.b.Remove(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+		t.Errorf("leftover directory after Remove: %v", err)
+	}
+	if a, err := e.b.Observe(ctx, gone); err != nil || a != nil {
+		t.Errorf("Observe after Remove: %+v, %v; want nothing", a, err)
+	}
+	if _, err := os.Stat(filepath.Join(ipamDir, "someone-elses-network", "10.1.0.2")); err != nil {
+		t.Errorf("another network's lease: %v", err)
 	}
 }

@@ -288,6 +288,20 @@ func (b *Backend) SetPorts(key string, ports ...string) bool {
 	})
 }
 
+// SetLeases simulates the addresses host-local holds for key (a runtime's ADD reserves one,
+// its DEL releases it after removing the pod's veth). It does not notify watchers: the
+// linux backend watches links and addresses, not host-local's files.
+func (b *Backend) SetLeases(key string, leases ...string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	a, ok := b.nodes[key]
+	if !ok {
+		return false
+	}
+	a.Leases = slices.Clone(leases)
+	return true
+}
+
 // DeleteConfig simulates key's CNI configuration deleted by hand.
 func (b *Backend) DeleteConfig(key string) bool {
 	return b.drift(key, func(a *netbackend.Actual) { a.CNIConfig = nil })
@@ -378,5 +392,6 @@ func clone(a *netbackend.Actual) *netbackend.Actual {
 	c.Addresses = slices.Clone(a.Addresses)
 	c.CNIConfig = slices.Clone(a.CNIConfig)
 	c.Ports = slices.Clone(a.Ports)
+	c.Leases = slices.Clone(a.Leases)
 	return &c
 }
