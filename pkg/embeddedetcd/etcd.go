@@ -31,6 +31,9 @@ type Etcd struct {
 	PKI PKI
 }
 
+// snapshotCatchUpEntries is how many raft entries the member keeps in memory after a snapshot.
+const snapshotCatchUpEntries = 100
+
 // Start starts a one-member etcd with its data under dir, serving clients on loopback
 // at port (0 picks a free port), and waits until it is ready.
 func Start(ctx context.Context, dir string, port int) (*Etcd, error) {
@@ -59,6 +62,10 @@ func Start(ctx context.Context, dir string, port int) (*Etcd, error) {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	// The raft log kept in memory after a snapshot is there for followers to catch up from;
+	// one member has none. etcd's default keeps 5000 entries: with a Network's create being
+	// one entry of about 3 KB (the object, its allocation and the guard), some 15 MB.
+	cfg.SnapshotCatchUpEntries = snapshotCatchUpEntries
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
