@@ -22,6 +22,11 @@ ETCD_MEMBERS ?= 1
 # make bench: extra flags (go run ./test/bench -h lists them); PROFILE=1 adds CPU and heap profiles
 BENCH_FLAGS ?=
 PROFILE ?=
+# make bench-scale: Networks stored in the standalone server (SCALE) and in the CRD (SCALE_CRD);
+# a side stops adding when the RSS of its processes passes SCALE_MEMORY_BUDGET_GIB
+SCALE ?= 1000000
+SCALE_CRD ?= $(SCALE)
+SCALE_MEMORY_BUDGET_GIB ?= 12
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 # /version reports the k8s.io/apiserver level the server is built on (it also sets the server's
 # emulation version, so it must be a Kubernetes version) and this repository's commit.
@@ -41,7 +46,7 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(KUBE_VERSION) -X $(VERSION_PKG).gitMaj
 IMAGE_DIR ?= $(CURDIR)/_output/image
 IMAGE ?= network-apiserver:$(KUBE_VERSION)
 
-.PHONY: all build image test-image run test test-unit test-integration test-e2e test-e2e-node test-bench-quick test-robustness-short test-robustness bench verify codegen tools clean cluster-up cluster-down
+.PHONY: all build image test-image run test test-unit test-integration test-e2e test-e2e-node test-bench-quick test-robustness-short test-robustness bench bench-scale verify codegen tools clean cluster-up cluster-down
 
 all: build
 
@@ -154,6 +159,16 @@ test-robustness: build
 bench: build
 	hack/build-tools.sh
 	$(GO) run ./test/bench $(if $(filter 1,$(PROFILE)),-profile) $(BENCH_FLAGS)
+
+## bench-scale (not in make test; an hour or more of both cores, and most of the memory): SCALE Networks
+## (default 1,000,000) in a standalone network-apiserver (embedded etcd, --controllers=false), then
+## SCALE_CRD in the CRD on kube-apiserver + etcd, one side at a time; a side stops adding when its
+## RSS passes SCALE_MEMORY_BUDGET_GIB (default 12) and says so. Reports creates/s of the first and
+## last 10%, RSS, Go heap, etcd db size, informer cold sync, a paged LIST walk and restart to
+## /readyz; writes _output/bench/bench-scale-<time>.json. A small point: make bench-scale SCALE=20000
+bench-scale: build
+	hack/build-tools.sh
+	$(GO) run ./test/bench -scale $(SCALE) -scale-crd $(SCALE_CRD) -scale-memory-budget-gib $(SCALE_MEMORY_BUDGET_GIB) $(BENCH_FLAGS)
 
 ## verify: gofmt, go vet, go.mod tidy, fresh generated code and no tracked file over 1 MiB
 verify:

@@ -24,8 +24,10 @@ import (
 const (
 	benchNamespace = "bench"
 	aggNamespace   = "bench-agg"
-	// seqAnnotation carries the update number in the watch fan-out.
-	seqAnnotation = "bench.samplecrd.k8s.io/seq"
+	// seqAnnotation carries the update number in the watch fan-out, agentSeqAnnotation in the
+	// node-agent workload.
+	seqAnnotation      = "bench.samplecrd.k8s.io/seq"
+	agentSeqAnnotation = "bench.samplecrd.k8s.io/agent-seq"
 )
 
 // crdResource is the CRD serving the same API in another group.
@@ -36,12 +38,12 @@ var crdResource = schema.GroupVersionResource{Group: "bench.samplecrd.k8s.io", V
 type backend interface {
 	// create stores object number i in namespace ns; a dry run goes through every step but storage.
 	create(ctx context.Context, ns string, i int, dryRun bool) error
-	// annotate sets the seq annotation on a stored object with a JSON merge patch.
-	annotate(ctx context.Context, ns, name string, seq int) error
+	// annotate sets annotation key to seq on a stored object with a JSON merge patch.
+	annotate(ctx context.Context, ns, name, key string, seq int) error
 	watch(ctx context.Context, ns, resourceVersion string) (watch.Interface, error)
 	// list lists namespace ns ("" for all) and returns the list's resourceVersion and length.
 	list(ctx context.Context, ns string) (string, int, error)
-	// collectionPath is the REST path of the collection in ns, for raw requests.
+	// collectionPath is the REST path of the collection in ns ("" for all namespaces), for raw requests.
 	collectionPath(ns string) string
 	// informer returns a started informer on all namespaces, with its own list and watch.
 	informer(stop <-chan struct{}) cache.SharedIndexInformer
@@ -69,8 +71,8 @@ func createOptions(dryRun bool) metav1.CreateOptions {
 	return metav1.CreateOptions{}
 }
 
-func annotationPatch(seq int) []byte {
-	return fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"}}}`, seqAnnotation, seq)
+func annotationPatch(key string, seq int) []byte {
+	return fmt.Appendf(nil, `{"metadata":{"annotations":{%q:"%d"}}}`, key, seq)
 }
 
 // ours is network-apiserver through the generated clientset.
@@ -96,8 +98,8 @@ func (o *ours) create(ctx context.Context, ns string, i int, dryRun bool) error 
 	return err
 }
 
-func (o *ours) annotate(ctx context.Context, ns, name string, seq int) error {
-	_, err := o.client.SamplecrdV1().Networks(ns).Patch(ctx, name, types.MergePatchType, annotationPatch(seq), metav1.PatchOptions{})
+func (o *ours) annotate(ctx context.Context, ns, name, key string, seq int) error {
+	_, err := o.client.SamplecrdV1().Networks(ns).Patch(ctx, name, types.MergePatchType, annotationPatch(key, seq), metav1.PatchOptions{})
 	return err
 }
 
@@ -114,6 +116,9 @@ func (o *ours) list(ctx context.Context, ns string) (string, int, error) {
 }
 
 func (o *ours) collectionPath(ns string) string {
+	if ns == "" {
+		return "/apis/samplecrd.k8s.io/v1/networks"
+	}
 	return "/apis/samplecrd.k8s.io/v1/namespaces/" + ns + "/networks"
 }
 
@@ -149,8 +154,8 @@ func (c *crd) create(ctx context.Context, ns string, i int, dryRun bool) error {
 	return err
 }
 
-func (c *crd) annotate(ctx context.Context, ns, name string, seq int) error {
-	_, err := c.client.Resource(crdResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, annotationPatch(seq), metav1.PatchOptions{})
+func (c *crd) annotate(ctx context.Context, ns, name, key string, seq int) error {
+	_, err := c.client.Resource(crdResource).Namespace(ns).Patch(ctx, name, types.MergePatchType, annotationPatch(key, seq), metav1.PatchOptions{})
 	return err
 }
 
@@ -167,6 +172,9 @@ func (c *crd) list(ctx context.Context, ns string) (string, int, error) {
 }
 
 func (c *crd) collectionPath(ns string) string {
+	if ns == "" {
+		return "/apis/" + crdResource.Group + "/v1/networks"
+	}
 	return "/apis/" + crdResource.Group + "/v1/namespaces/" + ns + "/networks"
 }
 

@@ -21,7 +21,7 @@ type cluster struct {
 	state string // LOCAL_CLUSTER_DIR
 	env   []string
 
-	apiserverPort, networkPort int
+	etcdPort, apiserverPort, networkPort int
 }
 
 // newCluster picks free loopback ports and a state dir; nothing runs yet.
@@ -34,7 +34,7 @@ func newCluster(root string) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{root: root, state: filepath.Join(dir, "cluster"), apiserverPort: ports[2], networkPort: ports[3]}
+	c := &cluster{root: root, state: filepath.Join(dir, "cluster"), etcdPort: ports[0], apiserverPort: ports[2], networkPort: ports[3]}
 	c.env = append(os.Environ(), "LOCAL_CLUSTER_DIR="+c.state,
 		fmt.Sprintf("ETCD_PORT=%d", ports[0]), fmt.Sprintf("ETCD_PEER_PORT=%d", ports[1]),
 		fmt.Sprintf("APISERVER_PORT=%d", ports[2]), fmt.Sprintf("NETWORK_APISERVER_PORT=%d", ports[3]),

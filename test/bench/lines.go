@@ -6,6 +6,14 @@ import "fmt"
 func (r *results) buildLines() {
 	r.Lines = nil
 	o, c, cfg := &r.Ours, &r.CRD, r.Config
+	if cfg.scaleMode() {
+		r.scaleLines()
+		return
+	}
+	if cfg.Only == onlyAgents {
+		r.agentLines()
+		return
+	}
 	r.createLines(fmt.Sprintf("create %d direct, %d clients", cfg.N, cfg.Clients), o.Create, c.Create, 2.5)
 	r.directCPULines("create direct: CPU per create", createCPU(o.Create), createCPU(c.Create), 2.5)
 
@@ -27,6 +35,7 @@ func (r *results) buildLines() {
 	r.addLine(name+": delivery p50", unitMs, op50, cp50, false, 0)
 	r.addLine(name+": delivery p99", unitMs, op99, cp99, false, 2)
 	r.addLine(name+": events lost (must be 0)", unitCount, olost, clost, false, 0)
+	r.agentLines()
 
 	r.createLines(fmt.Sprintf("create %d via aggregator, %d clients", cfg.N/2, cfg.Clients), o.CreateAggregated, c.CreateAggregated, 1.5)
 	r.aggregatedCPULines("create via aggregator: CPU per create", createCPU(o.CreateAggregated), createCPU(c.CreateAggregated))
@@ -160,4 +169,95 @@ func (r *results) aggregatedCPULines(name string, ours, crd map[string]float64) 
 	r.addLine(name+", kube-apiserver (ours: proxying)", unitCPU, cpuSum(ours, "kube-apiserver"), cpuSum(crd, "kube-apiserver"), false, 0)
 	r.addLine(name+", network-apiserver vs the CRD's kube-apiserver", unitCPU, cpuSum(ours, "network-apiserver"), cpuSum(crd, "kube-apiserver"), false, 2.5)
 	r.addLine(name+", etcd", unitCPU, cpuSum(ours, "etcd"), cpuSum(crd, "etcd"), false, 0)
+}
+
+// agentLines are the node-agent rows: delivery, lost events, server memory per watcher, and the
+// client's own CPU (to tell whether it was the bottleneck).
+func (r *results) agentLines() {
+	o, c, cfg := r.Ours.Agents, r.CRD.Agents, r.Config
+	stored := cfg.AgentObjects
+	if o != nil {
+		stored = o.Objects
+	}
+	name := fmt.Sprintf("node agents: %d watchers (own TLS conns), %d stored, %d updates", cfg.Agents, stored, cfg.AgentUpdates)
+	pick := func(a *agentResult, f func(*agentResult) float64) *float64 {
+		if a == nil {
+			return nil
+		}
+		return val(f(a))
+	}
+	both := func(f func(*agentResult) float64) (*float64, *float64) { return pick(o, f), pick(c, f) }
+	op50, cp50 := both(func(a *agentResult) float64 { return a.LatencyFromSent.P50Ms })
+	op99, cp99 := both(func(a *agentResult) float64 { return a.LatencyFromSent.P99Ms })
+	oack, cack := both(func(a *agentResult) float64 { return a.Latency.P99Ms })
+	olost, clost := both(func(a *agentResult) float64 { return float64(a.Lost) })
+	orss, crss := both(func(a *agentResult) float64 { return a.RSSPerWatcher })
+	oheap, cheap := both(func(a *agentResult) float64 { return a.HeapPerWatcher })
+	ocpu, ccpu := both(func(a *agentResult) float64 { return a.ClientCores })
+	r.addLine(name+": delivery p50 from update sent", unitMs, op50, cp50, false, 0)
+	r.addLine(name+": delivery p99 from update sent", unitMs, op99, cp99, false, 2)
+	r.addLine(name+": delivery p99 after the update's response", unitMs, oack, cack, false, 0)
+	r.addLine(name+": events lost (must be 0)", unitCount, olost, clost, false, 0)
+	r.addLine(name+": RSS per watcher, server + etcd", unitBytes, orss, crss, false, 2)
+	r.addLine(name+": live heap per watcher, server", unitBytes, oheap, cheap, false, 0)
+	var ocpuUpd, ccpuUpd *float64
+	if o != nil {
+		ocpuUpd = cpuSum(o.ServerCPUMsPerUpd, "network-apiserver", "etcd")
+	}
+	if c != nil {
+		ccpuUpd = cpuSum(c.ServerCPUMsPerUpd, "kube-apiserver", "etcd")
+	}
+	r.addLine(name+": CPU per update, server + etcd", unitCPU, ocpuUpd, ccpuUpd, false, 0)
+	r.addLine(name+": bench client CPU during updates", unitCores, ocpu, ccpu, false, 0)
+}
+
+// scaleLines are the scale point's rows. Each side may have stopped at its own size (the header
+// says where and why), so memory is also compared per stored object.
+func (r *results) scaleLines() {
+	o, c := r.Ours.Scale, r.CRD.Scale
+	name := "scale"
+	if o != nil && c != nil && o.Stored == c.Stored {
+		name = fmt.Sprintf("scale, %d stored", o.Stored)
+	} else if o != nil && c != nil {
+		name = fmt.Sprintf("scale, %d stored (CRD %d)", o.Stored, c.Stored)
+	}
+	pick := func(s *scaleResult, f func(*scaleResult) float64) *float64 {
+		if s == nil {
+			return nil
+		}
+		return val(f(s))
+	}
+	perObject := func(v int64, s *scaleResult) float64 {
+		if s.Stored == 0 {
+			return 0
+		}
+		return float64(v) / float64(s.Stored)
+	}
+	line := func(label, unit string, higher bool, target float64, f func(*scaleResult) float64) {
+		l := r.addLine(name+": "+label, unit, pick(o, f), pick(c, f), higher, target)
+		if c == nil && r.Config.ScaleCRD == 0 {
+			l.CRDNote = "not run"
+		}
+	}
+	line("creates/s, first 10%", unitRate, true, 0, func(s *scaleResult) float64 { return s.FirstTenthPerSecond })
+	line("creates/s, last 10%", unitRate, true, 0, func(s *scaleResult) float64 { return s.LastTenthPerSecond })
+	line("creates/s, last 10% / first 10%", unitFactor, true, 0, func(s *scaleResult) float64 {
+		if s.FirstTenthPerSecond == 0 {
+			return 0
+		}
+		return s.LastTenthPerSecond / s.FirstTenthPerSecond
+	})
+	line("RSS, all processes", unitBytes, false, 0, func(s *scaleResult) float64 { return float64(s.RSSTotal) })
+	line("RSS per stored object", unitPerObj, false, 4, func(s *scaleResult) float64 { return perObject(s.RSSTotal, s) })
+	line("Go heap (live), all processes", unitBytes, false, 0, func(s *scaleResult) float64 { return float64(s.HeapTotal) })
+	line("etcd db size", unitBytes, false, 0, func(s *scaleResult) float64 { return float64(s.DBBytes) })
+	line("etcd db per stored object", unitPerObj, false, 0, func(s *scaleResult) float64 { return perObject(s.DBBytes, s) })
+	line("informer cold sync (1 informer)", unitMs, false, 0, func(s *scaleResult) float64 { return s.SyncSeconds * 1000 })
+	line(fmt.Sprintf("paged LIST (limit %d) JSON, full walk", pageLimit), unitMs, false, 0, func(s *scaleResult) float64 {
+		if s.PagedList == nil {
+			return 0
+		}
+		return s.PagedList.MedianMs
+	})
+	line("restart → /readyz", unitMs, false, 0, func(s *scaleResult) float64 { return s.RestartReadyMs })
 }

@@ -40,16 +40,47 @@ type config struct {
 	ProfileSeconds int    `json:"profileSeconds"`
 	Compression    bool   `json:"compression"`
 	Out            string `json:"out"`
+	// The node-agent workload: Agents watchers of all Networks, each on its own TLS connection,
+	// with AgentObjects stored, and AgentUpdates updates at AgentRate per second.
+	Agents       int     `json:"agents"`
+	AgentObjects int     `json:"agentObjects"`
+	AgentUpdates int     `json:"agentUpdates"`
+	AgentRate    float64 `json:"agentUpdatesPerSecond"`
+	// Only names the single workload to run ("" runs them all).
+	Only string `json:"only,omitempty"`
+	// Scale, when above 0, runs the scale point instead (make bench-scale): Scale Networks in a
+	// standalone network-apiserver and ScaleCRD in the CRD, each side stopping early when its
+	// processes' RSS passes ScaleBudgetGiB.
+	Scale          int     `json:"scale,omitempty"`
+	ScaleCRD       int     `json:"scaleCRD,omitempty"`
+	ScaleBudgetGiB float64 `json:"scaleMemoryBudgetGiB,omitempty"`
 }
+
+// onlyAgents is the -only value that runs the node-agent workload alone.
+const onlyAgents = "watch-agents"
+
+// memoryAfterAgentsBeforeRestart says a memory size is measured after the node agents (which
+// run after the memory measurement of their own size) and before the servers' next restart.
+func (c config) memoryAfterAgentsBeforeRestart() bool {
+	for _, m := range c.MemorySizes {
+		if m > c.AgentObjects && (c.RestartObjects < c.AgentObjects || m <= c.RestartObjects) {
+			return true
+		}
+	}
+	return false
+}
+
+// scaleMode says the run is the scale point (make bench-scale), not the comparison.
+func (c config) scaleMode() bool { return c.Scale > 0 || c.ScaleCRD > 0 }
 
 // maxSize is the largest number of objects the run stores before its last creates.
 func (c config) maxSize() int {
-	return slices.Max(append([]int{c.SyncObjects, c.RestartObjects}, c.MemorySizes...))
+	return slices.Max(append([]int{c.SyncObjects, c.RestartObjects, c.AgentObjects}, c.MemorySizes...))
 }
 
 // checkpoints are the store sizes the run fills up to, in growing order.
 func (c config) checkpoints() []int {
-	s := append([]int{c.SyncObjects, c.RestartObjects}, c.MemorySizes...)
+	s := append([]int{c.SyncObjects, c.RestartObjects, c.AgentObjects}, c.MemorySizes...)
 	slices.Sort(s)
 	return slices.Compact(s)
 }
@@ -57,13 +88,26 @@ func (c config) checkpoints() []int {
 func (c config) validate() error {
 	var errs []error
 	for name, v := range map[string]int{"-n": c.N, "-clients": c.Clients, "-watchers": c.Watchers, "-updates": c.Updates,
-		"-sync-objects": c.SyncObjects, "-restart-objects": c.RestartObjects, "-profile-seconds": c.ProfileSeconds} {
+		"-sync-objects": c.SyncObjects, "-restart-objects": c.RestartObjects, "-profile-seconds": c.ProfileSeconds,
+		"-agents": c.Agents, "-agent-objects": c.AgentObjects, "-agent-updates": c.AgentUpdates} {
 		if v < 1 {
 			errs = append(errs, fmt.Errorf("%s must be at least 1", name))
 		}
 	}
 	if c.N < 2 {
 		errs = append(errs, fmt.Errorf("-n must be at least 2"))
+	}
+	if c.AgentRate <= 0 {
+		errs = append(errs, fmt.Errorf("-agent-rate must be above 0"))
+	}
+	if c.Only != "" && c.Only != onlyAgents {
+		errs = append(errs, fmt.Errorf("-only: %q is not a workload (the one there is: %s)", c.Only, onlyAgents))
+	}
+	if c.Scale < 0 || c.ScaleCRD < 0 || c.Scale > maxObjects || c.ScaleCRD > maxObjects {
+		errs = append(errs, fmt.Errorf("-scale and -scale-crd must be between 0 and %d (the /28s of 10.0.0.0/8)", maxObjects))
+	}
+	if c.scaleMode() && c.ScaleBudgetGiB <= 0 {
+		errs = append(errs, fmt.Errorf("-scale-memory-budget-gib must be above 0"))
 	}
 	if len(c.MemorySizes) == 0 {
 		errs = append(errs, fmt.Errorf("-memory-sizes must name at least one size"))
@@ -115,11 +159,19 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.SyncObjects, "sync-objects", 50000, "objects stored for the informer cold sync")
 	fs.Var(&sizes, "memory-sizes", "comma-separated object counts at which memory per object is measured")
 	fs.IntVar(&c.RestartObjects, "restart-objects", 50000, "objects stored when the servers are restarted")
-	fs.BoolVar(&c.Quick, "quick", false, "tiny sizes (n=200, 5 watchers, 20 updates, sync 1000, memory 500,1000, restart 1000): a check that everything works, in a minute or two")
+	fs.BoolVar(&c.Quick, "quick", false, "tiny sizes (n=200, 5 watchers, 20 updates, sync 1000, memory 500,1000, restart 1000, 50 agents and 100 agent updates with 1000 stored): a check that everything works, in a minute or two")
 	fs.BoolVar(&c.Profile, "profile", false, "also write CPU profiles (taken during the first creates) and heap profiles (at the largest memory size) of both servers into the output dir")
 	fs.IntVar(&c.ProfileSeconds, "profile-seconds", 10, "length of the CPU profiles")
 	fs.BoolVar(&c.Compression, "compression", false, "let clients ask for gzip responses (off by default: on loopback it only costs the servers CPU)")
 	fs.StringVar(&c.Out, "out", "_output/bench", "directory for the JSON file (bench-<time>.json) and profiles")
+	fs.IntVar(&c.Agents, "agents", 1000, "node agents: watchers of all Networks, each on a TLS connection of its own")
+	fs.IntVar(&c.AgentObjects, "agent-objects", 10000, "node agents: objects stored when the watchers open")
+	fs.IntVar(&c.AgentUpdates, "agent-updates", 1000, "node agents: updates, each delivered to every watcher")
+	fs.Float64Var(&c.AgentRate, "agent-rate", 20, "node agents: updates per second, sent at a steady pace whether or not the ones before have been answered")
+	fs.StringVar(&c.Only, "only", "", "run only this workload: "+onlyAgents+" (fills to -agent-objects first)")
+	fs.IntVar(&c.Scale, "scale", 0, "instead of the comparison, the scale point (make bench-scale): store this many Networks in a standalone network-apiserver (embedded etcd, controllers off), then in the CRD")
+	fs.IntVar(&c.ScaleCRD, "scale-crd", -1, "the scale point's target for the CRD side (default: -scale)")
+	fs.Float64Var(&c.ScaleBudgetGiB, "scale-memory-budget-gib", 12, "the scale point stops adding to a side when the RSS of its processes passes this many GiB")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -127,6 +179,9 @@ func parseFlags(args []string) (config, error) {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	c.MemorySizes = sizes
+	if c.ScaleCRD < 0 {
+		c.ScaleCRD = c.Scale
+	}
 	if c.Quick {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -134,6 +189,7 @@ func parseFlags(args []string) (config, error) {
 			"n": func() { c.N = 200 }, "watchers": func() { c.Watchers = 5 }, "updates": func() { c.Updates = 20 },
 			"sync-objects": func() { c.SyncObjects = 1000 }, "memory-sizes": func() { c.MemorySizes = []int{500, 1000} },
 			"restart-objects": func() { c.RestartObjects = 1000 }, "profile-seconds": func() { c.ProfileSeconds = 3 },
+			"agents": func() { c.Agents = 50 }, "agent-objects": func() { c.AgentObjects = 1000 }, "agent-updates": func() { c.AgentUpdates = 100 },
 		}
 		for name, apply := range quick {
 			if !set[name] {
@@ -206,6 +262,9 @@ func run(ctx context.Context, cfg config) int {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
+	}
+	if cfg.scaleMode() {
+		return runScale(ctx, cfg, root)
 	}
 	cl, err := newCluster(root)
 	if err != nil {

@@ -19,6 +19,7 @@ type sideFigures struct {
 	// Lists by kind: json, protobuf, paged-json, paged-protobuf, aggregated-json, aggregated-protobuf.
 	Lists            map[string]*listResult `json:"lists"`
 	Watch            *watchResult           `json:"watch"`
+	Agents           *agentResult           `json:"nodeAgents"`
 	CreateAggregated *createResult          `json:"createAggregated"`
 	MemoryBaseline   *memSample             `json:"memoryBaseline"`
 	Memory           []*memSample           `json:"memory"`
@@ -26,6 +27,7 @@ type sideFigures struct {
 	Restart          *restartResult         `json:"restart"`
 	CreateAtMax      *createResult          `json:"createAtMax"`
 	Fills            []*createResult        `json:"fills"`
+	Scale            *scaleResult           `json:"scale,omitempty"`
 	Profiles         []string               `json:"profiles,omitempty"`
 }
 
@@ -65,6 +67,10 @@ const (
 	unitCount  = "count"
 	// unitCPU is CPU milliseconds per operation, read from /proc over the operation's run.
 	unitCPU = "ms CPU"
+	// unitCores is a process's CPU time over wall time; figures without a ratio.
+	unitCores = "cores"
+	// unitFactor is a side's own ratio (last against first); figures without a ratio.
+	unitFactor = "factor"
 )
 
 func val(v float64) *float64 { return &v }
@@ -83,7 +89,7 @@ func (l *line) computeRatio() {
 		base = l.RatioBase
 	}
 	l.Ratio = nil
-	if l.Ours == nil || base == nil || l.Unit == unitCount {
+	if l.Ours == nil || base == nil || l.Unit == unitCount || l.Unit == unitCores || l.Unit == unitFactor {
 		return
 	}
 	var r float64
@@ -113,10 +119,33 @@ func (r *results) printTable(w io.Writer) {
 	m := r.Machine
 	fmt.Fprintf(w, "\nnetwork-apiserver vs the best CRD for the same API, %s\n", r.Started.Format(time.RFC3339))
 	fmt.Fprintf(w, "machine: %s, %d cores, Linux %s, %s\n", m.CPU, m.Cores, m.Kernel, m.Go)
-	fmt.Fprintf(w, "servers: network-apiserver %s; kube-apiserver %s; etcd %s (one etcd for both)\n", m.NetworkAPIServer, m.KubeAPIServer, m.Etcd)
+	etcds := "one etcd for both"
+	if r.Config.scaleMode() {
+		etcds = "ours embedded"
+	}
+	fmt.Fprintf(w, "servers: network-apiserver %s; kube-apiserver %s; etcd %s (%s)\n", m.NetworkAPIServer, m.KubeAPIServer, m.Etcd, etcds)
 	c := r.Config
-	fmt.Fprintf(w, "clients: %d, one HTTP/2 transport per server, QPS unlimited, compression %v; ours: generated clientset (protobuf), CRD: dynamic client (JSON)\n",
-		c.Clients, c.Compression)
+	if c.scaleMode() {
+		fmt.Fprintf(w, "scale point: ours is network-apiserver standalone (embedded etcd in its process, --controllers=false); the CRD is kube-apiserver + its etcd (network-apiserver stopped); one side at a time\n")
+		for _, side := range []struct {
+			name string
+			s    *scaleResult
+		}{{"ours", r.Ours.Scale}, {"CRD", r.CRD.Scale}} {
+			if side.s == nil {
+				continue
+			}
+			why := "reached the target"
+			if side.s.StoppedBecause != "" {
+				why = "stopped: " + side.s.StoppedBecause
+			}
+			fmt.Fprintf(w, "%s: %d stored of %d asked (%s)\n", side.name, side.s.Stored, side.s.Target, why)
+		}
+		fmt.Fprintf(w, "clients: %d for the creates, one HTTP/2 transport; ours: generated clientset (protobuf), CRD: dynamic client (JSON); paged LIST in JSON on both\n", c.Clients)
+	} else {
+		fmt.Fprintf(w, "clients: %d, one HTTP/2 transport per server, QPS unlimited, compression %v; ours: generated clientset (protobuf), CRD: dynamic client (JSON)\n",
+			c.Clients, c.Compression)
+		fmt.Fprintf(w, "node agents: each watcher its own transport and TLS connection (HTTP/2), JSON on both sides (the CRD has no protobuf), events read only as far as their type and annotation\n")
+	}
 	fmt.Fprintf(w, "run took %s; ratio > 1 means network-apiserver is better; targets are informational\n\n", (time.Duration(r.Seconds) * time.Second).Round(time.Second))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "\tours\tCRD\tratio (ours better > 1)\ttarget\t")
@@ -178,13 +207,21 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.0f", v)
 	case unitCPU:
 		return fmt.Sprintf("%.3f ms CPU", v)
+	case unitCores:
+		return fmt.Sprintf("%.2f cores", v)
+	case unitFactor:
+		return fmt.Sprintf("%.2f×", v)
 	}
 	return fmt.Sprint(v)
 }
 
 // writeJSON writes the results into dir and returns the file.
 func (r *results) writeJSON(dir string) (string, error) {
-	file := filepath.Join(dir, "bench-"+r.Started.Format("20060102-150405")+".json")
+	prefix := "bench-"
+	if r.Config.scaleMode() {
+		prefix = "bench-scale-"
+	}
+	file := filepath.Join(dir, prefix+r.Started.Format("20060102-150405")+".json")
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return "", err

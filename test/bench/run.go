@@ -72,9 +72,13 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.connect(ctx); err != nil {
 		return err
 	}
-	for _, f := range []func(context.Context) error{
+	steps := []func(context.Context) error{
 		b.createDirect, b.lists, b.watchFanout, b.aggregated, b.growing, b.createAtMax,
-	} {
+	}
+	if b.cfg.Only == onlyAgents {
+		steps = []func(context.Context) error{b.onlyNodeAgents}
+	}
+	for _, f := range steps {
 		if err := f(ctx); err != nil {
 			return err
 		}
@@ -180,33 +184,41 @@ func (b *bench) creates(ctx context.Context, s *side, be backend, ns string, cou
 // machine describes this machine and the servers' versions.
 func (b *bench) machine(ctx context.Context) machine {
 	m := machine{CPU: cpuModel(), Cores: runtime.NumCPU(), Kernel: kernel(), Go: runtime.Version()}
-	version := func(ep *endpoint) string {
-		status, body, err := ep.get(ctx, "/version", acceptJSON)
-		if err != nil || status != http.StatusOK {
-			return fmt.Sprintf("unknown (%d %v)", status, err)
-		}
-		var v struct {
-			GitVersion string `json:"gitVersion"`
-			GitCommit  string `json:"gitCommit"`
-			GoVersion  string `json:"goVersion"`
-		}
-		if err := json.Unmarshal(body, &v); err != nil {
-			return "unknown"
-		}
-		if len(v.GitCommit) > 12 {
-			v.GitVersion += " " + v.GitCommit[:12]
-		} else if v.GitCommit != "" {
-			v.GitVersion += " " + v.GitCommit
-		}
-		return fmt.Sprintf("%s, %s", v.GitVersion, v.GoVersion)
-	}
-	m.NetworkAPIServer = version(b.ours.direct.endpoint())
-	m.KubeAPIServer = version(b.admin)
-	out, err := exec.CommandContext(ctx, filepath.Join(b.cl.root, "_output", "bin", "etcd"), "--version").Output()
-	if first, _, _ := strings.Cut(string(out), "\n"); err == nil {
-		m.Etcd = strings.TrimPrefix(first, "etcd Version: ")
-	}
+	m.NetworkAPIServer = version(ctx, b.ours.direct.endpoint())
+	m.KubeAPIServer = version(ctx, b.admin)
+	m.Etcd = etcdVersion(ctx, b.cl.root)
 	return m
+}
+
+// version is a server's /version: its git version, commit and Go version.
+func version(ctx context.Context, ep *endpoint) string {
+	status, body, err := ep.get(ctx, "/version", acceptJSON)
+	if err != nil || status != http.StatusOK {
+		return fmt.Sprintf("unknown (%d %v)", status, err)
+	}
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+		GitCommit  string `json:"gitCommit"`
+		GoVersion  string `json:"goVersion"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return "unknown"
+	}
+	if len(v.GitCommit) > 12 {
+		v.GitVersion += " " + v.GitCommit[:12]
+	} else if v.GitCommit != "" {
+		v.GitVersion += " " + v.GitCommit
+	}
+	return fmt.Sprintf("%s, %s", v.GitVersion, v.GoVersion)
+}
+
+// etcdVersion is what the pinned etcd binary says it is.
+func etcdVersion(ctx context.Context, root string) string {
+	out, err := exec.CommandContext(ctx, filepath.Join(root, "_output", "bin", "etcd"), "--version").Output()
+	if first, _, _ := strings.Cut(string(out), "\n"); err == nil {
+		return strings.TrimPrefix(first, "etcd Version: ")
+	}
+	return ""
 }
 
 // report prints the table, writes the JSON file and returns the exit code.

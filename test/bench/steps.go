@@ -127,7 +127,8 @@ func (b *bench) aggregated(ctx context.Context) error {
 }
 
 // 5–7. Fill both servers up to each checkpoint, then measure what is due at that size:
-// memory, then informer cold sync, then restarts (which disturb the processes most).
+// memory, then informer cold sync, then the node agents, then restarts (which disturb the
+// processes most).
 func (b *bench) growing(ctx context.Context) error {
 	largestMemory := slices.Max(b.cfg.MemorySizes)
 	for _, size := range b.cfg.checkpoints() {
@@ -170,23 +171,26 @@ func (b *bench) growing(ctx context.Context) error {
 				step("%s: informers synced in %.2f s", s.name, r.Seconds)
 			}
 		}
-		if size == b.cfg.RestartObjects {
-			for _, s := range b.sides() {
-				step("%s: restarting %s with %d objects stored", s.name, s.component, s.stored)
-				r, err := restartServer(ctx, b.cl, s.component, s.direct, s.stored)
-				if err != nil {
-					return fmt.Errorf("%s: restart: %w", s.name, err)
+		if size == b.cfg.AgentObjects {
+			if err := b.nodeAgents(ctx); err != nil {
+				return err
+			}
+			// The servers keep the memory the watchers took (the Go runtime returns it to the
+			// system slowly): a memory size measured before the next restart would count it.
+			if b.cfg.memoryAfterAgentsBeforeRestart() {
+				step("restarting both servers, so that the memory the node agents took is not counted at the next memory size")
+				if _, err := b.restartBoth(ctx); err != nil {
+					return err
 				}
-				s.fig.Restart = r
-				step("%s: ready after %.2f s, first full LIST after %.2f s", s.name, r.ReadyMs/1000, r.FirstListMs/1000)
 			}
-			// Our server reaches its clients' authorization (and the aggregated path) through
-			// kube-apiserver: both must be back before anything else is measured.
-			if err := b.waitServing(ctx, b.ours.aggregated, "network-apiserver via kube-apiserver"); err != nil {
+		}
+		if size == b.cfg.RestartObjects {
+			restarts, err := b.restartBoth(ctx)
+			if err != nil {
 				return err
 			}
-			if err := b.waitServing(ctx, b.ours.direct, "network-apiserver"); err != nil {
-				return err
+			for i, s := range b.sides() {
+				s.fig.Restart = restarts[i]
 			}
 		}
 	}
@@ -202,4 +206,68 @@ func (b *bench) createAtMax(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// The node agents (at -agent-objects stored): many watchers of all namespaces, each on a TLS
+// connection of its own, and updates of objects in benchNamespace at a steady pace.
+func (b *bench) nodeAgents(ctx context.Context) error {
+	// The first objects of each side are in benchNamespace: the N of the first creates, or with
+	// -only the fill.
+	names := make([]string, min(b.cfg.N, b.cfg.AgentObjects))
+	for i := range names {
+		names[i] = objectName(i)
+	}
+	for _, s := range b.sides() {
+		step("%s: node agents: %d watchers of all namespaces, each on its own TLS connection, %d stored, %d updates at %g/s",
+			s.name, b.cfg.Agents, s.stored, b.cfg.AgentUpdates, b.cfg.AgentRate)
+		r, err := b.agentWatchers(ctx, s, benchNamespace, names)
+		if err != nil {
+			return fmt.Errorf("%s: node agents: %w", s.name, err)
+		}
+		s.fig.Agents = r
+		step("%s: node agents: opened in %.1f s over %d connections; delivery from update sent p50 %.1f ms, p99 %.1f ms; %d of %d events lost; RSS %+.1f KiB per watcher; client %.2f cores",
+			s.name, r.OpenSeconds, r.Connections, r.LatencyFromSent.P50Ms, r.LatencyFromSent.P99Ms, r.Lost, r.Expected, r.RSSPerWatcher/1024, r.ClientCores)
+		if r.Lost > 0 || r.UpdateErrors > 0 || len(r.WatchErrors) > 0 {
+			b.fail("%s: node agents: %d of %d events lost, %d updates failed, errors: %s", s.name, r.Lost, r.Expected, r.UpdateErrors, strings.Join(r.WatchErrors, " | "))
+		}
+	}
+	return nil
+}
+
+// onlyNodeAgents is -only watch-agents: fill each side to -agent-objects, then the node agents.
+func (b *bench) onlyNodeAgents(ctx context.Context) error {
+	for _, s := range b.sides() {
+		if w := createMany(ctx, s.direct, benchNamespace, s.next, 2*b.cfg.Clients, b.cfg.Clients, true); w.Errors > 0 {
+			b.fail("%s: warm-up dry-run creates: %d failed; first errors: %s", s.name, w.Errors, strings.Join(w.FirstErrs, " | "))
+		}
+		s.fig.Fills = append(s.fig.Fills, b.creates(ctx, s, s.direct, benchNamespace, b.cfg.AgentObjects, fmt.Sprintf("fill to %d", b.cfg.AgentObjects)))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return b.nodeAgents(ctx)
+}
+
+// restartBoth restarts both servers in turn with what they store, timing each, and waits until
+// both serve again on every path.
+func (b *bench) restartBoth(ctx context.Context) ([]*restartResult, error) {
+	var out []*restartResult
+	for _, s := range b.sides() {
+		step("%s: restarting %s with %d objects stored", s.name, s.component, s.stored)
+		r, err := restartServer(ctx, b.cl, s.component, s.direct, s.stored)
+		if err != nil {
+			return nil, fmt.Errorf("%s: restart: %w", s.name, err)
+		}
+		out = append(out, r)
+		step("%s: ready after %.2f s, first full LIST after %.2f s", s.name, r.ReadyMs/1000, r.FirstListMs/1000)
+	}
+	// Our server reaches its clients' authorization (and the aggregated path) through
+	// kube-apiserver: both must be back before anything else is measured.
+	if err := b.waitServing(ctx, b.ours.aggregated, "network-apiserver via kube-apiserver"); err != nil {
+		return nil, err
+	}
+	if err := b.waitServing(ctx, b.ours.direct, "network-apiserver"); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -109,7 +109,7 @@ func watchFanout(ctx context.Context, b backend, ns string, names []string, watc
 	for seq := range updates {
 		sent[seq].Store(int64(time.Since(base)))
 		rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		err := b.annotate(rctx, ns, names[seq%len(names)], seq)
+		err := b.annotate(rctx, ns, names[seq%len(names)], seqAnnotation, seq)
 		cancel()
 		if err != nil {
 			res.UpdateErrors++

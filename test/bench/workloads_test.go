@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -84,5 +85,106 @@ func TestParseCPUTime(t *testing.T) {
 	}
 	if sum := cpuSum(per, "network-apiserver"); sum != nil {
 		t.Errorf("cpuSum of a missing process = %v, want nil", *sum)
+	}
+}
+
+func TestParseAgentEvent(t *testing.T) {
+	for _, tc := range []struct {
+		line    string
+		seq     int
+		isError bool
+	}{
+		{`{"type":"MODIFIED","object":{"metadata":{"annotations":{"bench.samplecrd.k8s.io/agent-seq":"42","x":"y"}}}}` + "\n", 42, false},
+		{`{"type":"MODIFIED","object":{"metadata":{"annotations":{"bench.samplecrd.k8s.io/seq":"42"}}}}` + "\n", -1, false},
+		{`{"type":"ADDED","object":{"metadata":{"annotations":{"bench.samplecrd.k8s.io/agent-seq":"7"}}}}` + "\n", -1, false},
+		{`{"type":"MODIFIED","object":{"metadata":{"annotations":{"bench.samplecrd.k8s.io/agent-seq":""}}}}` + "\n", -1, false},
+		{`{"type":"ERROR","object":{"kind":"Status","code":410}}` + "\n", -1, true},
+	} {
+		seq, isError := parseAgentEvent([]byte(tc.line))
+		if seq != tc.seq || isError != tc.isError {
+			t.Errorf("parseAgentEvent(%s) = %d, %v; want %d, %v", tc.line, seq, isError, tc.seq, tc.isError)
+		}
+	}
+}
+
+func TestCountEstablished(t *testing.T) {
+	// Two of ours to port 6443 (0x192B), one in TIME_WAIT (06), one of another process (inode 9),
+	// one to another port, and the server's side of a connection (local port 6443).
+	table := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:9C40 0100007F:192B 01 00000000:00000000 00:00000000 00000000     0        0 101 1 0 20 4 30 10 -1
+   1: 0100007F:9C41 0100007F:192B 01 00000000:00000000 00:00000000 00000000     0        0 102 1 0 20 4 30 10 -1
+   2: 0100007F:9C42 0100007F:192B 06 00000000:00000000 00:00000000 00000000     0        0 103 1 0 20 4 30 10 -1
+   3: 0100007F:9C43 0100007F:192B 01 00000000:00000000 00:00000000 00000000     0        0 9 1 0 20 4 30 10 -1
+   4: 0100007F:9C44 0100007F:0050 01 00000000:00000000 00:00000000 00000000     0        0 104 1 0 20 4 30 10 -1
+   5: 0100007F:192B 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 105 1 0 20 4 30 10 -1
+`
+	ports := map[int]bool{0x9C40: true, 0x9C41: true, 0x9C42: true, 0x9C43: true, 0x9C44: true}
+	inodes := map[string]bool{"101": true, "102": true, "103": true, "104": true, "105": true}
+	if n := countEstablished(table, ports, 6443, inodes); n != 2 {
+		t.Errorf("countEstablished = %d, want 2", n)
+	}
+}
+
+func TestTenthRates(t *testing.T) {
+	var steps []*createResult
+	for i := range 20 {
+		steps = append(steps, &createResult{Created: 100, Seconds: float64(i + 1)})
+	}
+	first, last := tenthRates(steps)
+	// The first two steps: 200 in 3 s; the last two: 200 in 39 s.
+	if first != 200.0/3 || last != 200.0/39 {
+		t.Errorf("tenthRates = %v, %v", first, last)
+	}
+	if first, last := tenthRates(steps[:3]); first != 100 || last != 100.0/3 {
+		t.Errorf("tenthRates of 3 steps = %v, %v; want the first and the last step", first, last)
+	}
+}
+
+func TestParseMetric(t *testing.T) {
+	text := []byte("# HELP go_memstats_heap_alloc_bytes x\n# TYPE go_memstats_heap_alloc_bytes gauge\ngo_memstats_heap_alloc_bytes_total 1\ngo_memstats_heap_alloc_bytes 1.2345678e+08\n")
+	if v, err := parseMetric(text, "go_memstats_heap_alloc_bytes"); err != nil || v != 123456780 {
+		t.Errorf("parseMetric = %d, %v", v, err)
+	}
+	if _, err := parseMetric(text, "missing"); err == nil {
+		t.Error("parseMetric found a metric that is not there")
+	}
+}
+
+func TestParseFlagsAgentsAndScale(t *testing.T) {
+	c, err := parseFlags([]string{"-quick"})
+	if err != nil || c.Agents != 50 || c.AgentObjects != 1000 || c.AgentUpdates != 100 || c.scaleMode() {
+		t.Errorf("-quick: %+v, %v", c, err)
+	}
+	if cp := c.checkpoints(); !slices.Contains(cp, c.AgentObjects) {
+		t.Errorf("checkpoints %v lack the node agents' size %d", cp, c.AgentObjects)
+	}
+	if _, err := parseFlags([]string{"-only", "lists"}); err == nil {
+		t.Error("-only accepted an unknown workload")
+	}
+	c, err = parseFlags([]string{"-scale", "20000"})
+	if err != nil || !c.scaleMode() || c.ScaleCRD != 20000 || c.ScaleBudgetGiB != 12 {
+		t.Errorf("-scale 20000: %+v, %v", c, err)
+	}
+	if _, err := parseFlags([]string{"-scale", "2000000"}); err == nil {
+		t.Error("-scale accepted more objects than 10.0.0.0/8 has /28s")
+	}
+}
+
+func TestMemoryAfterAgentsBeforeRestart(t *testing.T) {
+	for _, tc := range []struct {
+		memory          []int
+		agents, restart int
+		want            bool
+	}{
+		{[]int{20000, 100000}, 10000, 50000, true}, // the default: memory at 20000 before the restart at 50000
+		{[]int{500, 1000}, 1000, 1000, false},      // -quick: memory at 1000 is measured before the agents
+		{[]int{20000, 100000}, 50000, 50000, false},
+		{[]int{20000, 100000}, 60000, 50000, true}, // memory at 100000, no restart after the agents
+		{[]int{20000}, 10000, 20000, true},         // memory at 20000 is measured before that restart
+	} {
+		c := config{MemorySizes: tc.memory, AgentObjects: tc.agents, RestartObjects: tc.restart}
+		if got := c.memoryAfterAgentsBeforeRestart(); got != tc.want {
+			t.Errorf("%+v: %v, want %v", tc, got, tc.want)
+		}
 	}
 }

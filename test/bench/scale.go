@@ -1,0 +1,447 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// The scale point (make bench-scale): one side at a time, so that each has the machine to
+// itself: network-apiserver standalone (embedded etcd in its process, controllers off), then
+// the CRD on kube-apiserver and its etcd from hack/local-up-cluster.sh (network-apiserver
+// stopped). Each side is filled in steps of 1% of its target, and stops early when the RSS of
+// its processes passes the memory budget.
+
+// scaleResult is one side of the scale point.
+type scaleResult struct {
+	Target int `json:"target"`
+	// Stored is how many objects the side held at the end (counted by the paged LIST).
+	Stored         int    `json:"stored"`
+	StoppedBecause string `json:"stoppedBecause,omitempty"`
+	BudgetBytes    int64  `json:"memoryBudgetBytes"`
+	// Processes are the side's processes, whose RSS is summed.
+	Processes []string        `json:"processes"`
+	Step      int             `json:"objectsPerStep"`
+	Steps     []*createResult `json:"steps"`
+	// Creates per second over the first and the last tenth of the steps.
+	FirstTenthPerSecond float64 `json:"firstTenthPerSecond"`
+	LastTenthPerSecond  float64 `json:"lastTenthPerSecond"`
+	// RSS of each process and in total; heap is the server's live heap after a forced GC
+	// (ours includes its embedded etcd) plus, for the CRD, etcd's go_memstats_heap_alloc_bytes.
+	RSS       map[string]int64 `json:"rssBytes"`
+	RSSTotal  int64            `json:"rssBytesTotal"`
+	Heap      map[string]int64 `json:"heapBytes"`
+	HeapTotal int64            `json:"heapBytesTotal"`
+	// DBBytes is the size of etcd's bbolt file (member/snap/db).
+	DBBytes int64 `json:"etcdDBBytes"`
+	// PagedList walks all namespaces in pages of pageLimit, JSON on both sides.
+	PagedList   *listResult `json:"pagedList"`
+	SyncSeconds float64     `json:"informerSyncSeconds"`
+	// RestartReadyMs runs from the server's start to /readyz 200 (ours: with its embedded etcd;
+	// the CRD: kube-apiserver alone, etcd stays up).
+	RestartReadyMs float64 `json:"restartReadyMs"`
+	Log            string  `json:"log,omitempty"`
+}
+
+// runScale runs the scale point and reports it; the exit code is as for run.
+func runScale(ctx context.Context, cfg config, root string) int {
+	b := newBench(cfg, nil)
+	b.res.Machine = machine{CPU: cpuModel(), Cores: runtime.NumCPU(), Kernel: kernel(), Go: runtime.Version(),
+		Etcd: etcdVersion(ctx, root)}
+	budget := int64(cfg.ScaleBudgetGiB * (1 << 30))
+	if cfg.Scale > 0 {
+		r, err := b.scaleOurs(ctx, root, cfg.Scale, budget)
+		if r != nil {
+			b.res.Ours.Scale = r
+		}
+		if err != nil {
+			b.res.Errors = append(b.res.Errors, "ours: "+err.Error())
+		}
+	}
+	if cfg.ScaleCRD > 0 && ctx.Err() == nil {
+		r, err := b.scaleCRD(ctx, root, cfg.ScaleCRD, budget)
+		if r != nil {
+			b.res.CRD.Scale = r
+		}
+		if err != nil {
+			b.res.Errors = append(b.res.Errors, "CRD: "+err.Error())
+		}
+	}
+	return b.report()
+}
+
+// scaleOurs runs a standalone network-apiserver in a temporary directory and measures it.
+func (b *bench) scaleOurs(ctx context.Context, root string, target int, budget int64) (*scaleResult, error) {
+	dir, err := os.MkdirTemp("", "network-bench-scale-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	cl := &cluster{root: root, state: dir, networkPort: ports[0]}
+	data := filepath.Join(dir, "data")
+	args := []string{filepath.Join(root, "_output", "bin", "network-apiserver"), "--data-dir", data,
+		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[0]), "--controllers=false"}
+	if err := os.WriteFile(cl.path("network-apiserver.args"), []byte(strings.Join(args, "\n")+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	const component = "network-apiserver"
+	step("ours: starting a standalone network-apiserver (embedded etcd, --controllers=false) in %s", dir)
+	if _, err := cl.start(component); err != nil {
+		return nil, err
+	}
+	res := &scaleResult{Target: target, BudgetBytes: budget, Processes: []string{component}}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if err := cl.stop(stopCtx, component); err != nil {
+			b.res.Errors = append(b.res.Errors, "ours: stopping: "+err.Error())
+		}
+		b.keepLogOnError(cl, component, "ours")
+	}()
+	kubeconfig := filepath.Join(data, "admin.kubeconfig")
+	if err := waitFor(ctx, 2*time.Minute, func() error { _, err := os.Stat(kubeconfig); return err }); err != nil {
+		return res, fmt.Errorf("no %s: %w", kubeconfig, err)
+	}
+	admin, err := loadAdmin(kubeconfig)
+	if err != nil {
+		return res, err
+	}
+	ep, err := newEndpoint(admin, fmt.Sprintf("https://127.0.0.1:%d", ports[0]), "", b.cfg.Compression)
+	if err != nil {
+		return res, err
+	}
+	be, err := newOurs(ep)
+	if err != nil {
+		return res, err
+	}
+	if err := b.waitServing(ctx, be, "network-apiserver"); err != nil {
+		return res, err
+	}
+	b.res.Machine.NetworkAPIServer = version(ctx, ep)
+	sc := &scaleSide{name: "ours", cl: cl, be: be, processes: res.Processes,
+		db: filepath.Join(data, "etcd", "member", "snap", "db")}
+	return res, b.scaleMeasure(ctx, sc, res)
+}
+
+// scaleCRD starts the local cluster, stops its network-apiserver, and measures the CRD.
+func (b *bench) scaleCRD(ctx context.Context, root string, target int, budget int64) (*scaleResult, error) {
+	cl, err := newCluster(root)
+	if err != nil {
+		return nil, err
+	}
+	res := &scaleResult{Target: target, BudgetBytes: budget, Processes: []string{"kube-apiserver", "etcd"}}
+	step("CRD: starting etcd and kube-apiserver (hack/local-up-cluster.sh, state in %s)", cl.state)
+	defer func() {
+		if len(b.res.Errors) > 0 {
+			logs := filepath.Join(b.cfg.Out, "logs-"+b.res.Started.Format("20060102-150405"))
+			if err := os.MkdirAll(logs, 0o755); err == nil {
+				cl.saveLogs(logs)
+				fmt.Fprintf(os.Stderr, "bench: server logs saved in %s\n", logs)
+			}
+		}
+		fmt.Fprintln(os.Stderr, "bench: stopping the cluster")
+		if err := cl.down(); err != nil {
+			b.res.Errors = append(b.res.Errors, "cluster-down: "+err.Error())
+		}
+	}()
+	if err := cl.up(ctx); err != nil {
+		return res, fmt.Errorf("cluster-up: %w", err)
+	}
+	// The CRD alone: our server would only hold memory and CPU.
+	if err := cl.stop(ctx, "network-apiserver"); err != nil {
+		return res, err
+	}
+	admin, err := loadAdmin(cl.path("admin.kubeconfig"))
+	if err != nil {
+		return res, err
+	}
+	ep, err := newEndpoint(admin, fmt.Sprintf("https://127.0.0.1:%d", cl.apiserverPort), "", b.cfg.Compression)
+	if err != nil {
+		return res, err
+	}
+	dyn, err := ep.dynamic()
+	if err != nil {
+		return res, err
+	}
+	namespaces := schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": benchNamespace}}}
+	if _, err := dyn.Resource(namespaces).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("namespace %s: %w", benchNamespace, err)
+	}
+	step("CRD: installing the CRD networks.%s", crdResource.Group)
+	if err := installCRD(ctx, dyn); err != nil {
+		return res, err
+	}
+	be, err := newCRD(ep)
+	if err != nil {
+		return res, err
+	}
+	b.res.Machine.KubeAPIServer = version(ctx, ep)
+	sc := &scaleSide{name: "CRD", cl: cl, be: be, processes: res.Processes, db: cl.path("etcd/member/snap/db"),
+		etcdMetrics: func(ctx context.Context) (int64, error) { return etcdHeap(ctx, cl) }}
+	return res, b.scaleMeasure(ctx, sc, res)
+}
+
+// scaleSide is what scaleMeasure needs of a side.
+type scaleSide struct {
+	name        string
+	cl          *cluster
+	be          backend
+	processes   []string // the first is the server, restarted at the end
+	db          string
+	etcdMetrics func(context.Context) (int64, error) // etcd's heap, when it is a process of its own
+}
+
+func (s *scaleSide) rss() (map[string]int64, int64, error) {
+	m, total := map[string]int64{}, int64(0)
+	for _, p := range s.processes {
+		v, err := s.cl.rssBytes(p)
+		if err != nil {
+			return nil, 0, err
+		}
+		m[p] = v
+		total += v
+	}
+	return m, total, nil
+}
+
+// scaleMeasure fills the side and takes its figures.
+func (b *bench) scaleMeasure(ctx context.Context, s *scaleSide, res *scaleResult) error {
+	cfg := b.cfg
+	if w := createMany(ctx, s.be, benchNamespace, 0, 2*cfg.Clients, cfg.Clients, true); w.Errors > 0 {
+		return fmt.Errorf("warm-up dry-run creates: %d failed; first errors: %s", w.Errors, strings.Join(w.FirstErrs, " | "))
+	}
+	res.Step = max(1, res.Target/100)
+	stored := 0
+	for stored < res.Target && res.StoppedBecause == "" {
+		count := min(res.Step, res.Target-stored)
+		// A watchdog stops the step as soon as the side's RSS passes the budget.
+		sctx, cancel := context.WithCancel(ctx)
+		var over atomic.Value
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for sctx.Err() == nil {
+				if _, total, err := s.rss(); err == nil && total > res.BudgetBytes {
+					over.Store(fmt.Sprintf("RSS %s of %s passed the budget of %s", formatBytes(total), strings.Join(s.processes, " + "), formatBytes(res.BudgetBytes)))
+					cancel()
+					return
+				}
+				_ = pause(sctx, 500*time.Millisecond)
+			}
+		}()
+		r := createMany(sctx, s.be, benchNamespace, stored, count, cfg.Clients, false)
+		cancel()
+		<-done
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.StoredBefore = stored
+		stored += count
+		res.Steps = append(res.Steps, r)
+		if why, ok := over.Load().(string); ok {
+			res.StoppedBecause = fmt.Sprintf("%s after %d objects were sent", why, stored)
+		} else if r.Errors > 0 {
+			res.StoppedBecause = fmt.Sprintf("%d of %d creates failed; first errors: %s", r.Errors, count, strings.Join(r.FirstErrs, " | "))
+			b.res.Errors = append(b.res.Errors, s.name+": "+res.StoppedBecause)
+		}
+		if len(res.Steps)%10 == 0 || res.StoppedBecause != "" || stored >= res.Target {
+			_, total, _ := s.rss()
+			step("%s: %d sent, this step %.0f obj/s, RSS %s", s.name, stored, r.PerSecond, formatBytes(total))
+		}
+	}
+	if res.StoppedBecause != "" {
+		step("%s: stopped filling: %s", s.name, res.StoppedBecause)
+	}
+	res.FirstTenthPerSecond, res.LastTenthPerSecond = tenthRates(res.Steps)
+
+	var err error
+	if res.RSS, res.RSSTotal, err = s.rss(); err != nil {
+		return err
+	}
+	res.Heap = map[string]int64{}
+	if res.Heap[s.processes[0]], err = heapAlloc(ctx, s.be.endpoint()); err != nil {
+		return fmt.Errorf("heap: %w", err)
+	}
+	if s.etcdMetrics != nil {
+		if res.Heap["etcd"], err = s.etcdMetrics(ctx); err != nil {
+			return fmt.Errorf("etcd heap: %w", err)
+		}
+	}
+	for _, v := range res.Heap {
+		res.HeapTotal += v
+	}
+	fi, err := os.Stat(s.db)
+	if err != nil {
+		return err
+	}
+	res.DBBytes = fi.Size()
+	step("%s: RSS %s, heap %s, etcd db %s", s.name, formatBytes(res.RSSTotal), formatBytes(res.HeapTotal), formatBytes(res.DBBytes))
+
+	step("%s: paged LIST of all namespaces, JSON, pages of %d", s.name, pageLimit)
+	if res.PagedList, err = listPaged(ctx, s.be.endpoint(), s.be.collectionPath(""), acceptJSON, pageLimit, 1); err != nil {
+		return err
+	}
+	res.Stored = res.PagedList.Items
+	step("%s: %d objects in %d pages, %.1f s", s.name, res.Stored, res.PagedList.Pages, res.PagedList.MedianMs/1000)
+
+	step("%s: informer cold sync of %d objects", s.name, res.Stored)
+	sync, err := coldSync(ctx, s.be, 1, res.Stored)
+	if err != nil {
+		return fmt.Errorf("informer sync: %w", err)
+	}
+	res.SyncSeconds = sync.Seconds
+	step("%s: informer synced in %.1f s", s.name, res.SyncSeconds)
+
+	server := s.processes[0]
+	step("%s: restarting %s with %d stored", s.name, server, res.Stored)
+	if err := s.cl.stop(ctx, server); err != nil {
+		return err
+	}
+	started, err := s.cl.start(server)
+	if err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 30*time.Minute, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		status, body, err := s.be.endpoint().get(rctx, "/readyz", "")
+		if err == nil && status != http.StatusOK {
+			err = fmt.Errorf("/readyz %d %s", status, truncate(body))
+		}
+		return err
+	}); err != nil {
+		return fmt.Errorf("%s not ready after the restart: %w", server, err)
+	}
+	res.RestartReadyMs = ms(time.Since(started))
+	step("%s: ready %.2f s after the restart", s.name, res.RestartReadyMs/1000)
+	return nil
+}
+
+// tenthRates are the creates per second over the first and the last tenth of the steps.
+func tenthRates(steps []*createResult) (first, last float64) {
+	if len(steps) == 0 {
+		return 0, 0
+	}
+	k := max(1, len(steps)/10)
+	rate := func(s []*createResult) float64 {
+		created, seconds := 0, 0.0
+		for _, r := range s {
+			created += r.Created
+			seconds += r.Seconds
+		}
+		if seconds == 0 {
+			return 0
+		}
+		return float64(created) / seconds
+	}
+	return rate(steps[:k]), rate(steps[len(steps)-k:])
+}
+
+// waitFor retries check every 100 ms until it succeeds, ctx ends or timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, check func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		if perr := pause(ctx, 100*time.Millisecond); perr != nil {
+			return fmt.Errorf("%w (last: %v)", perr, err)
+		}
+	}
+}
+
+// keepLogOnError copies a component's log into the output directory when the run has errors.
+func (b *bench) keepLogOnError(cl *cluster, component, side string) {
+	if len(b.res.Errors) == 0 {
+		return
+	}
+	logs := filepath.Join(b.cfg.Out, "logs-"+b.res.Started.Format("20060102-150405"))
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return
+	}
+	if body, err := os.ReadFile(cl.path(component + ".log")); err == nil {
+		file := filepath.Join(logs, side+"-"+component+".log")
+		if os.WriteFile(file, body, 0o644) == nil {
+			fmt.Fprintf(os.Stderr, "bench: %s log saved in %s\n", component, file)
+		}
+	}
+}
+
+// etcdHeap reads go_memstats_heap_alloc_bytes from the local cluster's etcd, with its client
+// certificate.
+func etcdHeap(ctx context.Context, cl *cluster) (int64, error) {
+	ca, err := os.ReadFile(cl.path("pki/etcd-ca.crt"))
+	if err != nil {
+		return 0, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return 0, errors.New("no certificate in pki/etcd-ca.crt")
+	}
+	cert, err := tls.LoadX509KeyPair(cl.path("pki/etcd-client.crt"), cl.path("pki/etcd-client.key"))
+	if err != nil {
+		return 0, err
+	}
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}}
+	defer client.CloseIdleConnections()
+	u := fmt.Sprintf("https://127.0.0.1:%d/metrics", cl.etcdPort)
+	if err := requireLoopback(u); err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %d %s", u, resp.StatusCode, truncate(buf.Bytes()))
+	}
+	return parseMetric(buf.Bytes(), "go_memstats_heap_alloc_bytes")
+}
+
+// parseMetric returns the value of an unlabelled metric in Prometheus text format.
+func parseMetric(text []byte, name string) (int64, error) {
+	s := bufio.NewScanner(bytes.NewReader(text))
+	s.Buffer(make([]byte, 1<<20), 1<<20)
+	for s.Scan() {
+		if rest, ok := strings.CutPrefix(s.Text(), name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return int64(v), err
+		}
+	}
+	return 0, fmt.Errorf("no %s in the metrics", name)
+}
+
+func formatBytes(v int64) string { return format(float64(v), unitBytes) }
