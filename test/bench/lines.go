@@ -227,12 +227,6 @@ func (r *results) scaleLines() {
 		}
 		return val(f(s))
 	}
-	perObject := func(v int64, s *scaleResult) float64 {
-		if s.Stored == 0 {
-			return 0
-		}
-		return float64(v) / float64(s.Stored)
-	}
 	line := func(label, unit string, higher bool, target float64, f func(*scaleResult) float64) {
 		l := r.addLine(name+": "+label, unit, pick(o, f), pick(c, f), higher, target)
 		if c == nil && r.Config.ScaleCRD == 0 {
@@ -248,10 +242,11 @@ func (r *results) scaleLines() {
 		return s.LastTenthPerSecond / s.FirstTenthPerSecond
 	})
 	line("RSS, all processes", unitBytes, false, 0, func(s *scaleResult) float64 { return float64(s.RSSTotal) })
-	line("RSS per stored object", unitPerObj, false, 4, func(s *scaleResult) float64 { return perObject(s.RSSTotal, s) })
+	line("RSS per stored object", unitPerObj, false, 4, func(s *scaleResult) float64 { return s.RSSPerObject })
 	line("Go heap (live), all processes", unitBytes, false, 0, func(s *scaleResult) float64 { return float64(s.HeapTotal) })
+	line("Go heap per stored object", unitPerObj, false, 0, func(s *scaleResult) float64 { return s.HeapPerObject })
 	line("etcd db size", unitBytes, false, 0, func(s *scaleResult) float64 { return float64(s.DBBytes) })
-	line("etcd db per stored object", unitPerObj, false, 0, func(s *scaleResult) float64 { return perObject(s.DBBytes, s) })
+	line("etcd db in use per stored object", unitPerObj, false, 0, func(s *scaleResult) float64 { return s.DBInUsePerObject })
 	line("informer cold sync (1 informer)", unitMs, false, 0, func(s *scaleResult) float64 { return s.SyncSeconds * 1000 })
 	line(fmt.Sprintf("paged LIST (limit %d) JSON, full walk", pageLimit), unitMs, false, 0, func(s *scaleResult) float64 {
 		if s.PagedList == nil {

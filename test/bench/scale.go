@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -44,12 +43,20 @@ type scaleResult struct {
 	LastTenthPerSecond  float64 `json:"lastTenthPerSecond"`
 	// RSS of each process and in total; heap is the server's live heap after a forced GC
 	// (ours includes its embedded etcd) plus, for the CRD, etcd's go_memstats_heap_alloc_bytes.
-	RSS       map[string]int64 `json:"rssBytes"`
-	RSSTotal  int64            `json:"rssBytesTotal"`
-	Heap      map[string]int64 `json:"heapBytes"`
-	HeapTotal int64            `json:"heapBytesTotal"`
-	// DBBytes is the size of etcd's bbolt file (member/snap/db).
-	DBBytes int64 `json:"etcdDBBytes"`
+	// The baselines are the same with nothing stored (after the warm-up), and the per-object
+	// figures (total - baseline) / stored.
+	RSS              map[string]int64 `json:"rssBytes"`
+	RSSTotal         int64            `json:"rssBytesTotal"`
+	RSSBaseline      int64            `json:"rssBytesBaseline"`
+	RSSPerObject     float64          `json:"rssBytesPerObject"`
+	Heap             map[string]int64 `json:"heapBytes"`
+	HeapTotal        int64            `json:"heapBytesTotal"`
+	HeapBaseline     int64            `json:"heapBytesBaseline"`
+	HeapPerObject    float64          `json:"heapBytesPerObject"`
+	DBFileBytes      int64            `json:"etcdDBFileBytes"`
+	DBBytes          int64            `json:"etcdDBBytes"`
+	DBInUseBytes     int64            `json:"etcdDBInUseBytes"`
+	DBInUsePerObject float64          `json:"etcdDBInUseBytesPerObject"`
 	// PagedList walks all namespaces in pages of pageLimit, JSON on both sides.
 	PagedList   *listResult `json:"pagedList"`
 	SyncSeconds float64     `json:"informerSyncSeconds"`
@@ -138,8 +145,15 @@ func (b *bench) scaleOurs(ctx context.Context, root string, target int, budget i
 		return res, err
 	}
 	b.res.Machine.NetworkAPIServer = version(ctx, ep)
+	endpoint, err := os.ReadFile(filepath.Join(data, "etcd.endpoint"))
+	if err != nil {
+		return res, err
+	}
+	certs := filepath.Join(data, "etcd-certs")
 	sc := &scaleSide{name: "ours", cl: cl, be: be, processes: res.Processes,
-		db: filepath.Join(data, "etcd", "member", "snap", "db")}
+		db: filepath.Join(data, "etcd", "member", "snap", "db"),
+		etcd: etcdAccess{url: strings.TrimSpace(string(endpoint)), ca: filepath.Join(certs, "ca.crt"),
+			cert: filepath.Join(certs, "client.crt"), key: filepath.Join(certs, "client.key")}}
 	return res, b.scaleMeasure(ctx, sc, res)
 }
 
@@ -198,18 +212,50 @@ func (b *bench) scaleCRD(ctx context.Context, root string, target int, budget in
 	}
 	b.res.Machine.KubeAPIServer = version(ctx, ep)
 	sc := &scaleSide{name: "CRD", cl: cl, be: be, processes: res.Processes, db: cl.path("etcd/member/snap/db"),
-		etcdMetrics: func(ctx context.Context) (int64, error) { return etcdHeap(ctx, cl) }}
+		etcd: etcdAccess{url: fmt.Sprintf("https://127.0.0.1:%d", cl.etcdPort), ca: cl.path("pki/etcd-ca.crt"),
+			cert: cl.path("pki/etcd-client.crt"), key: cl.path("pki/etcd-client.key"), ownProcess: true}}
 	return res, b.scaleMeasure(ctx, sc, res)
 }
 
 // scaleSide is what scaleMeasure needs of a side.
 type scaleSide struct {
-	name        string
-	cl          *cluster
-	be          backend
-	processes   []string // the first is the server, restarted at the end
-	db          string
-	etcdMetrics func(context.Context) (int64, error) // etcd's heap, when it is a process of its own
+	name      string
+	cl        *cluster
+	be        backend
+	processes []string // the first is the server, restarted at the end
+	db        string
+	etcd      etcdAccess
+}
+
+// etcdAccess is how the bench reads a side's etcd metrics: its client URL and client certificate;
+// ownProcess says etcd is not inside the server's process (so its heap is added).
+type etcdAccess struct {
+	url, ca, cert, key string
+	ownProcess         bool
+}
+
+// heapTotal is the server's live heap after a forced GC, plus etcd's heap when it runs apart.
+func (s *scaleSide) heap(ctx context.Context) (map[string]int64, int64, error) {
+	m := map[string]int64{}
+	v, err := heapAlloc(ctx, s.be.endpoint())
+	if err != nil {
+		return nil, 0, fmt.Errorf("heap: %w", err)
+	}
+	m[s.processes[0]] = v
+	if s.etcd.ownProcess {
+		metrics, err := s.etcd.metrics(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		if m["etcd"], err = parseMetric(metrics, "go_memstats_heap_alloc_bytes"); err != nil {
+			return nil, 0, err
+		}
+	}
+	total := int64(0)
+	for _, v := range m {
+		total += v
+	}
+	return m, total, nil
 }
 
 func (s *scaleSide) rss() (map[string]int64, int64, error) {
@@ -230,6 +276,13 @@ func (b *bench) scaleMeasure(ctx context.Context, s *scaleSide, res *scaleResult
 	cfg := b.cfg
 	if w := createMany(ctx, s.be, benchNamespace, 0, 2*cfg.Clients, cfg.Clients, true); w.Errors > 0 {
 		return fmt.Errorf("warm-up dry-run creates: %d failed; first errors: %s", w.Errors, strings.Join(w.FirstErrs, " | "))
+	}
+	var err error
+	if _, res.RSSBaseline, err = s.rss(); err != nil {
+		return err
+	}
+	if _, res.HeapBaseline, err = s.heap(ctx); err != nil {
+		return err
 	}
 	res.Step = max(1, res.Target/100)
 	stored := 0
@@ -275,34 +328,39 @@ func (b *bench) scaleMeasure(ctx context.Context, s *scaleSide, res *scaleResult
 	}
 	res.FirstTenthPerSecond, res.LastTenthPerSecond = tenthRates(res.Steps)
 
-	var err error
 	if res.RSS, res.RSSTotal, err = s.rss(); err != nil {
 		return err
 	}
-	res.Heap = map[string]int64{}
-	if res.Heap[s.processes[0]], err = heapAlloc(ctx, s.be.endpoint()); err != nil {
-		return fmt.Errorf("heap: %w", err)
-	}
-	if s.etcdMetrics != nil {
-		if res.Heap["etcd"], err = s.etcdMetrics(ctx); err != nil {
-			return fmt.Errorf("etcd heap: %w", err)
-		}
-	}
-	for _, v := range res.Heap {
-		res.HeapTotal += v
+	if res.Heap, res.HeapTotal, err = s.heap(ctx); err != nil {
+		return err
 	}
 	fi, err := os.Stat(s.db)
 	if err != nil {
 		return err
 	}
-	res.DBBytes = fi.Size()
-	step("%s: RSS %s, heap %s, etcd db %s", s.name, formatBytes(res.RSSTotal), formatBytes(res.HeapTotal), formatBytes(res.DBBytes))
+	res.DBFileBytes = fi.Size()
+	metrics, err := s.etcd.metrics(ctx)
+	if err != nil {
+		return err
+	}
+	if res.DBBytes, err = parseMetric(metrics, "etcd_mvcc_db_total_size_in_bytes"); err != nil {
+		return err
+	}
+	if res.DBInUseBytes, err = parseMetric(metrics, "etcd_mvcc_db_total_size_in_use_in_bytes"); err != nil {
+		return err
+	}
+	step("%s: RSS %s, heap %s, etcd db %s (%s in use)", s.name, formatBytes(res.RSSTotal), formatBytes(res.HeapTotal), formatBytes(res.DBBytes), formatBytes(res.DBInUseBytes))
 
 	step("%s: paged LIST of all namespaces, JSON, pages of %d", s.name, pageLimit)
 	if res.PagedList, err = listPaged(ctx, s.be.endpoint(), s.be.collectionPath(""), acceptJSON, pageLimit, 1); err != nil {
 		return err
 	}
 	res.Stored = res.PagedList.Items
+	if res.Stored > 0 {
+		res.RSSPerObject = float64(res.RSSTotal-res.RSSBaseline) / float64(res.Stored)
+		res.HeapPerObject = float64(res.HeapTotal-res.HeapBaseline) / float64(res.Stored)
+		res.DBInUsePerObject = float64(res.DBInUseBytes) / float64(res.Stored)
+	}
 	step("%s: %d objects in %d pages, %.1f s", s.name, res.Stored, res.PagedList.Pages, res.PagedList.MedianMs/1000)
 
 	step("%s: informer cold sync of %d objects", s.name, res.Stored)
@@ -390,45 +448,44 @@ func (b *bench) keepLogOnError(cl *cluster, component, side string) {
 	}
 }
 
-// etcdHeap reads go_memstats_heap_alloc_bytes from the local cluster's etcd, with its client
-// certificate.
-func etcdHeap(ctx context.Context, cl *cluster) (int64, error) {
-	ca, err := os.ReadFile(cl.path("pki/etcd-ca.crt"))
+// metrics fetches etcd's /metrics with the client certificate.
+func (e etcdAccess) metrics(ctx context.Context) ([]byte, error) {
+	ca, err := os.ReadFile(e.ca)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(ca) {
-		return 0, errors.New("no certificate in pki/etcd-ca.crt")
+		return nil, fmt.Errorf("no certificate in %s", e.ca)
 	}
-	cert, err := tls.LoadX509KeyPair(cl.path("pki/etcd-client.crt"), cl.path("pki/etcd-client.key"))
+	cert, err := tls.LoadX509KeyPair(e.cert, e.key)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}}
 	defer client.CloseIdleConnections()
-	u := fmt.Sprintf("https://127.0.0.1:%d/metrics", cl.etcdPort)
+	u := e.url + "/metrics"
 	if err := requireLoopback(u); err != nil {
-		return 0, err
+		return nil, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(resp.Body); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: %d %s", u, resp.StatusCode, truncate(buf.Bytes()))
+		return nil, fmt.Errorf("GET %s: %d %s", u, resp.StatusCode, truncate(buf.Bytes()))
 	}
-	return parseMetric(buf.Bytes(), "go_memstats_heap_alloc_bytes")
+	return buf.Bytes(), nil
 }
 
 // parseMetric returns the value of an unlabelled metric in Prometheus text format.
