@@ -65,6 +65,9 @@ type agentResult struct {
 	// Per watcher, with all open: (open - before) / watchers.
 	RSSPerWatcher  float64 `json:"rssBytesPerWatcher"`
 	HeapPerWatcher float64 `json:"heapBytesPerWatcher"`
+	// HeapStackPerWatcher is the server's live heap and goroutine stacks per watcher: unlike
+	// the RSS, it does not depend on how much freed memory the Go runtime had kept before.
+	HeapStackPerWatcher float64 `json:"heapAndStackBytesPerWatcher"`
 	// The bench's own CPU over the update phase, in cores and per delivered event, to tell
 	// whether the client was the bottleneck; and the servers' CPU per update.
 	ClientCores       float64            `json:"clientCores"`
@@ -74,9 +77,12 @@ type agentResult struct {
 
 // agentMemory is the memory of one side's processes at one moment.
 type agentMemory struct {
-	HeapBytes int64            `json:"serverHeapAllocBytes"`
-	RSS       map[string]int64 `json:"rssBytes"`
-	RSSTotal  int64            `json:"rssBytesTotal"`
+	HeapBytes int64 `json:"serverHeapAllocBytes"`
+	// StackBytes is the server's goroutine stacks (go_memstats_stack_inuse_bytes), which the
+	// heap leaves out and every watch adds to.
+	StackBytes int64            `json:"serverStackInuseBytes"`
+	RSS        map[string]int64 `json:"rssBytes"`
+	RSSTotal   int64            `json:"rssBytesTotal"`
 }
 
 func (b *bench) agentMemory(ctx context.Context, s *side) (*agentMemory, error) {
@@ -84,7 +90,18 @@ func (b *bench) agentMemory(ctx context.Context, s *side) (*agentMemory, error) 
 	if err != nil {
 		return nil, err
 	}
-	m := &agentMemory{HeapBytes: heap, RSS: map[string]int64{}}
+	status, metrics, err := s.direct.endpoint().get(ctx, "/metrics", "")
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %d %s", status, truncate(metrics))
+	}
+	stack, err := parseMetric(metrics, "go_memstats_stack_inuse_bytes")
+	if err != nil {
+		return nil, err
+	}
+	m := &agentMemory{HeapBytes: heap, StackBytes: stack, RSS: map[string]int64{}}
 	for _, c := range []string{s.component, "etcd"} {
 		rss, err := b.cl.rssBytes(c)
 		if err != nil {
@@ -336,6 +353,8 @@ func (b *bench) agentWatchers(ctx context.Context, s *side, ns string, names []s
 	}
 	res.RSSPerWatcher = float64(res.MemoryOpen.RSSTotal-res.MemoryBefore.RSSTotal) / float64(cfg.Agents)
 	res.HeapPerWatcher = float64(res.MemoryOpen.HeapBytes-res.MemoryBefore.HeapBytes) / float64(cfg.Agents)
+	res.HeapStackPerWatcher = float64(res.MemoryOpen.HeapBytes+res.MemoryOpen.StackBytes-
+		res.MemoryBefore.HeapBytes-res.MemoryBefore.StackBytes) / float64(cfg.Agents)
 
 	base := time.Now()
 	var received atomic.Int64

@@ -193,6 +193,7 @@ func (r *results) agentLines() {
 	olost, clost := both(func(a *agentResult) float64 { return float64(a.Lost) })
 	orss, crss := both(func(a *agentResult) float64 { return a.RSSPerWatcher })
 	oheap, cheap := both(func(a *agentResult) float64 { return a.HeapPerWatcher })
+	ohs, chs := both(func(a *agentResult) float64 { return a.HeapStackPerWatcher })
 	ocpu, ccpu := both(func(a *agentResult) float64 { return a.ClientCores })
 	r.addLine(name+": delivery p50 from update sent", unitMs, op50, cp50, false, 0)
 	r.addLine(name+": delivery p99 from update sent", unitMs, op99, cp99, false, 2)
@@ -200,6 +201,7 @@ func (r *results) agentLines() {
 	r.addLine(name+": events lost (must be 0)", unitCount, olost, clost, false, 0)
 	r.addLine(name+": RSS per watcher, server + etcd", unitBytes, orss, crss, false, 2)
 	r.addLine(name+": live heap per watcher, server", unitBytes, oheap, cheap, false, 0)
+	r.addLine(name+": live heap + stacks per watcher, server", unitBytes, ohs, chs, false, 0)
 	var ocpuUpd, ccpuUpd *float64
 	if o != nil {
 		ocpuUpd = cpuSum(o.ServerCPUMsPerUpd, "network-apiserver", "etcd")

@@ -92,6 +92,10 @@ func (l *line) computeRatio() {
 	if l.Ours == nil || base == nil || l.Unit == unitCount || l.Unit == unitCores || l.Unit == unitFactor {
 		return
 	}
+	// A ratio of a negative figure (a memory difference lost in the noise) means nothing.
+	if *l.Ours < 0 || *base < 0 {
+		return
+	}
 	var r float64
 	if l.HigherIsBetter {
 		r = *l.Ours / *base

@@ -313,7 +313,7 @@ func (b *bench) scaleMeasure(ctx context.Context, s *scaleSide, res *scaleResult
 		stored += count
 		res.Steps = append(res.Steps, r)
 		if why, ok := over.Load().(string); ok {
-			res.StoppedBecause = fmt.Sprintf("%s after %d objects were sent", why, stored)
+			res.StoppedBecause = fmt.Sprintf("%s during the creates up to %d (that step was cut short; its rate is left out)", why, stored)
 		} else if r.Errors > 0 {
 			res.StoppedBecause = fmt.Sprintf("%d of %d creates failed; first errors: %s", r.Errors, count, strings.Join(r.FirstErrs, " | "))
 			b.res.Errors = append(b.res.Errors, s.name+": "+res.StoppedBecause)
@@ -326,7 +326,11 @@ func (b *bench) scaleMeasure(ctx context.Context, s *scaleSide, res *scaleResult
 	if res.StoppedBecause != "" {
 		step("%s: stopped filling: %s", s.name, res.StoppedBecause)
 	}
-	res.FirstTenthPerSecond, res.LastTenthPerSecond = tenthRates(res.Steps)
+	rated := res.Steps
+	if over := res.StoppedBecause != "" && len(rated) > 0; over {
+		rated = rated[:len(rated)-1]
+	}
+	res.FirstTenthPerSecond, res.LastTenthPerSecond = tenthRates(rated)
 
 	if res.RSS, res.RSSTotal, err = s.rss(); err != nil {
 		return err
