@@ -155,7 +155,7 @@ test-robustness: build
 
 ## bench: network-apiserver against the best CRD for the same API (kube-apiserver, same etcd), on
 ## a local cluster it starts and stops itself; prints a table, writes _output/bench/bench-<time>.json.
-## The default sizes take about 10 minutes on 2 cores. BENCH_FLAGS="-n 2000 ...", PROFILE=1.
+## The default sizes take about 12 minutes on 2 cores. BENCH_FLAGS="-n 2000 ...", PROFILE=1.
 bench: build
 	hack/build-tools.sh
 	$(GO) run ./test/bench $(if $(filter 1,$(PROFILE)),-profile) $(BENCH_FLAGS)
