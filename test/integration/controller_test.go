@@ -39,7 +39,7 @@ func ctrlStartAgent(t *testing.T, s *framework.Server, ns *netnstest.NS, confDir
 	o.ResyncPeriod, o.GCInterval = time.Hour, time.Hour
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &ctrlAgent{cancel: cancel, done: make(chan error, 1)}
-	go func() { a.done <- o.Run(ctx, s.Config, nil) }()
+	go func() { a.done <- o.Run(ctx, s.Config, agent.Core{}) }()
 	t.Cleanup(a.stop)
 	return a
 }

@@ -39,13 +39,20 @@ func NewCommand(ctx context.Context) *cobra.Command {
 					return err
 				}
 			}
-			var events kubernetes.Interface
-			if recordEvents {
-				if events, err = kubernetes.NewForConfig(config); err != nil {
+			var core Core
+			if recordEvents || o.WatchNode {
+				client, err := kubernetes.NewForConfig(config)
+				if err != nil {
 					return err
 				}
+				if recordEvents {
+					core.Events = client
+				}
+				if o.WatchNode {
+					core.Nodes = client
+				}
 			}
-			return o.Run(c.Context(), config, events)
+			return o.Run(c.Context(), config, core)
 		},
 	}
 	cmd.SetContext(ctx)

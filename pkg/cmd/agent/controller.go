@@ -13,7 +13,10 @@ import (
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
@@ -38,6 +41,18 @@ type ControllerOptions struct {
 	Workers      int
 	ResyncPeriod time.Duration
 	GCInterval   time.Duration
+	// WatchNode watches the Node named NodeName when a core API client is at hand: while it is
+	// not Ready the node's status entries say NodeNotReady; once it is deleted they are withdrawn.
+	WatchNode bool
+}
+
+// Core is what the controller uses of the core Kubernetes API; a nil field turns that use off
+// (standalone mode has no core API).
+type Core struct {
+	// Events records Kubernetes Events on Networks.
+	Events kubernetes.Interface
+	// Nodes reads this node's Node (with ControllerOptions.WatchNode).
+	Nodes kubernetes.Interface
 }
 
 // NewControllerOptions returns the defaults; the node name defaults to the hostname.
@@ -50,6 +65,7 @@ func NewControllerOptions() *ControllerOptions {
 		Workers:      2,
 		ResyncPeriod: 10 * time.Minute,
 		GCInterval:   5 * time.Minute,
+		WatchNode:    true,
 	}
 }
 
@@ -68,6 +84,8 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 	fs.IntVar(&c.Workers, "controller-workers", c.Workers, "Networks reconciled in parallel.")
 	fs.DurationVar(&c.ResyncPeriod, "controller-resync-period", c.ResyncPeriod, "How often every Network is compared with the node again.")
 	fs.DurationVar(&c.GCInterval, "controller-gc-interval", c.GCInterval, "How often bridges and configurations without a Network are removed.")
+	fs.BoolVar(&c.WatchNode, "watch-node", c.WatchNode,
+		"Watch the Node named --node-name through the core API (attached mode): while it is not Ready this node's status.nodes entries say NodeNotReady, once it is deleted they are withdrawn. Without such a Node, nothing changes.")
 }
 
 // Validate checks the flags.
@@ -91,9 +109,9 @@ func (c *ControllerOptions) Validate() []error {
 	return errs
 }
 
-// Run runs the controller against the API at config until ctx is done. With events, it records
-// Kubernetes Events on Networks through that core API client.
-func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, events kubernetes.Interface) error {
+// Run runs the controller against the API at config until ctx is done, using core's clients of
+// the core API: Events recorded on Networks, and this node's Node watched (with WatchNode).
+func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core Core) error {
 	client, err := versioned.NewForConfig(protobufConfig(config))
 	if err != nil {
 		return err
@@ -107,11 +125,23 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, events
 	defer backend.Close()
 
 	opts := networkcontroller.Options{NodeName: c.NodeName, GCInterval: c.GCInterval}
-	if events != nil {
+	if core.Events != nil {
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: core.Events.CoreV1().Events("")})
 		defer broadcaster.Shutdown()
 		opts.Recorder = broadcaster.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "network-controller", Host: c.NodeName})
+	}
+	if c.WatchNode && core.Nodes != nil {
+		nodes := kubeinformers.NewSharedInformerFactoryWithOptions(core.Nodes, c.ResyncPeriod,
+			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.NodeName).String()
+			}))
+		opts.Node = nodes.Core().V1().Nodes()
+		if err := opts.Node.Informer().SetTransform(networkcontroller.TrimNode); err != nil {
+			return err
+		}
+		nodes.Start(ctx.Done())
+		defer nodes.Shutdown()
 	}
 	factory := externalversions.NewSharedInformerFactory(client, c.ResyncPeriod)
 	controller, err := networkcontroller.New(client, factory.Samplecrd().V1().Networks(), backend, opts)
@@ -151,12 +181,12 @@ func (c *ControllerOptions) NewBackground() *Background {
 // When the process lacks the capabilities the controller needs, it says so once and runs the
 // stand-in instead, which marks Networks Ready=Unknown with a reason that says why: the server
 // then serves the API alone.
-func (b *Background) Start(ctx context.Context, config *rest.Config, events kubernetes.Interface) {
+func (b *Background) Start(ctx context.Context, config *rest.Config, core Core) {
 	done := make(chan struct{})
 	b.mu.Lock()
 	b.done = done
 	b.mu.Unlock()
-	run := func() error { return b.options.Run(ctx, config, events) }
+	run := func() error { return b.options.Run(ctx, config, core) }
 	if missing := b.options.MissingCapabilities(); len(missing) > 0 {
 		_, _, line := b.options.unavailable(missing)
 		klog.Warning(line)

@@ -55,6 +55,8 @@ type Options struct {
 	AllocationVerifyInterval time.Duration
 	// Controller configures the bundled Network controller.
 	Controller *agent.ControllerOptions
+	// NodeLifecycle runs the node lifecycle loop in attached mode (pkg/controller/nodelifecycle).
+	NodeLifecycle bool
 	// TemplateFile is the network template file; standalone mode's template source.
 	TemplateFile string
 	// TemplateNamespace is where the network-template ConfigMap is read from in attached mode.
@@ -79,6 +81,7 @@ func NewOptions(out io.Writer) *Options {
 			apiserver.Codecs.LegacyCodec(v1.SchemeGroupVersion)),
 		DataDir:                  "network-apiserver.data",
 		Controller:               agent.NewControllerOptions(),
+		NodeLifecycle:            true,
 		OverlapScope:             OverlapScopeCluster,
 		NetworkPools:             append([]string(nil), DefaultNetworkPools...),
 		AllocationVerifyInterval: 10 * time.Minute,
@@ -114,6 +117,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.EmbeddedEtcdPort, "embedded-etcd-port", o.EmbeddedEtcdPort,
 		"Loopback client port of the embedded etcd started when --etcd-servers is empty; 0 picks a free port.")
 	o.Controller.AddFlags(fs, true)
+	fs.BoolVar(&o.NodeLifecycle, "node-lifecycle", o.NodeLifecycle,
+		"In attached mode, watch Nodes: mark the status.nodes entries of a Node that is not Ready NodeNotReady, and remove those of a deleted Node "+
+			"(releasing a Network being deleted that only they held). Needs get, list and watch on nodes.")
 	fs.StringVar(&o.TemplateFile, "network-template-file", o.TemplateFile,
 		"YAML file holding the network template (labels, annotations, spec fields merged into every new Network); re-read when it changes. "+
 			"Without it, attached mode reads the ConfigMap network-template (key template) in --template-namespace.")

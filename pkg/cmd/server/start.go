@@ -88,12 +88,13 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 	if o.Controller.Enabled {
-		// Events need the core API: attached mode has it, standalone mode does not.
-		var events kubernetes.Interface
+		// Events and the Node need the core API: attached mode has it, standalone mode does not.
+		var core agent.Core
 		if client := config.GenericConfig.ClientConfig; client != nil && !o.Standalone {
-			if events, err = kubernetes.NewForConfig(client); err != nil {
+			if core.Events, err = kubernetes.NewForConfig(client); err != nil {
 				return err
 			}
+			core.Nodes = core.Events
 		}
 		// A controller that fails fails /livez: the process no longer does one of its jobs and
 		// will not recover by itself, so an orchestrator should restart it and a person see it.
@@ -103,12 +104,22 @@ func (o *Options) Run(ctx context.Context) error {
 			return err
 		}
 		server.GenericAPIServer.AddPostStartHookOrDie("start-network-controller", func(hook genericapiserver.PostStartHookContext) error {
-			controller.Start(hook, hook.LoopbackClientConfig, events)
+			controller.Start(hook, hook.LoopbackClientConfig, core)
 			return nil
 		})
 		// After the server has stopped (and before the embedded etcd does), wait for the
 		// controller, so that it has closed its backend when Run returns.
 		defer controller.Wait()
+	}
+	if client := config.GenericConfig.ClientConfig; client != nil && !o.Standalone && o.NodeLifecycle {
+		loop, err := newNodeLifecycle(client)
+		if err != nil {
+			return err
+		}
+		server.GenericAPIServer.AddPostStartHookOrDie("start-node-lifecycle", func(hook genericapiserver.PostStartHookContext) error {
+			return loop.start(hook, hook.LoopbackClientConfig)
+		})
+		defer loop.wait()
 	}
 	if o.Standalone {
 		server.GenericAPIServer.AddPostStartHookOrDie("write-admin-kubeconfig", func(genericapiserver.PostStartHookContext) error {

@@ -13,11 +13,14 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -25,7 +28,6 @@ import (
 	"k8s.io/utils/clock"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
-	applyv1 "github.com/samplecrd/network-apiserver/pkg/generated/applyconfiguration/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	informers "github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions/samplecrd/v1"
 	listers "github.com/samplecrd/network-apiserver/pkg/generated/listers/samplecrd/v1"
@@ -58,6 +60,12 @@ type Options struct {
 	// addresses still leased by the IPAM plugin, waits for those leases to go before it is
 	// released anyway (its leftover leases are then removed with it). Default 30s.
 	LeaseGrace time.Duration
+	// Node, when set, is an informer on this node's Node object (it may hold others; only the
+	// one named NodeName counts). While that Node is not Ready the node's entries say so
+	// (MarkNodeNotReady, as network-apiserver's node lifecycle loop writes them), and once it is
+	// deleted they are withdrawn; until it has been seen, or without it, entries are reported as
+	// the node finds them.
+	Node coreinformers.NodeInformer
 }
 
 // Controller converges one node's networks with the Networks in the API.
@@ -74,7 +82,14 @@ type Controller struct {
 	leasesMu   sync.Mutex
 	leasesSeen map[string]time.Time
 	clock      clock.PassiveClock
+
+	nodeSynced cache.InformerSynced // nil without Options.Node
+	nodeMu     sync.Mutex
+	node       nodeState
 }
+
+// nodeSyncTimeout bounds how long Run waits for the Node informer before it starts the workers.
+const nodeSyncTimeout = 10 * time.Second
 
 // FieldManagerPrefix is the prefix of each node's field manager for status.nodes.
 const FieldManagerPrefix = "network-controller/"
@@ -111,7 +126,56 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 		UpdateFunc: func(_, obj interface{}) { c.enqueue(obj) },
 		DeleteFunc: c.enqueue,
 	})
+	if err != nil || opts.Node == nil {
+		return c, err
+	}
+	c.nodeSynced = opts.Node.Informer().HasSynced
+	_, err = opts.Node.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { c.nodeChanged(obj, false) },
+		UpdateFunc: func(_, obj interface{}) { c.nodeChanged(obj, false) },
+		DeleteFunc: func(obj interface{}) { c.nodeChanged(obj, true) },
+	})
 	return c, err
+}
+
+// nodeChanged records what a Node event says of this node (deleted: the event is the Node's
+// deletion) and, when that changes how the node reports, requeues every Network.
+func (c *Controller) nodeChanged(obj interface{}, deleted bool) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	node, ok := obj.(*corev1.Node)
+	if !ok || node.Name != c.opts.NodeName {
+		return
+	}
+	state := nodeState{known: true, deleted: deleted}
+	if ready, why := NodeReadiness(node); !deleted && !ready {
+		state.why = why
+	}
+	c.nodeMu.Lock()
+	changed := c.node != state
+	c.node = state
+	c.nodeMu.Unlock()
+	if !changed {
+		return
+	}
+	klog.InfoS("This node's Node changed; reporting on every Network again", "node", c.opts.NodeName,
+		"ready", !deleted && state.why == "", "notReadyBecause", state.why, "deleted", deleted)
+	networks, err := c.lister.List(labels.Everything())
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for _, n := range networks {
+		c.enqueue(n)
+	}
+}
+
+// nodeStatus returns what is known of this node's Node.
+func (c *Controller) nodeStatus() nodeState {
+	c.nodeMu.Lock()
+	defer c.nodeMu.Unlock()
+	return c.node
 }
 
 func (c *Controller) enqueue(obj interface{}) {
@@ -133,6 +197,16 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	logger.Info("Starting network controller", "workers", workers)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		return fmt.Errorf("network informer did not sync")
+	}
+	if c.nodeSynced != nil {
+		// So that a node that is not Ready at start does not first report Ready. The Node is
+		// not required: without it (no permission to read Nodes, no such Node) the node
+		// reports as it finds things, and a Node seen later takes effect then.
+		syncCtx, cancel := context.WithTimeout(ctx, nodeSyncTimeout)
+		if !cache.WaitForCacheSync(syncCtx.Done(), c.nodeSynced) && ctx.Err() == nil {
+			logger.Info("The informer on this node's Node has not synced; reporting without it until it does", "timeout", nodeSyncTimeout)
+		}
+		cancel()
 	}
 	var running sync.WaitGroup
 	// Drift on the node (a bridge deleted or changed by hand) is noticed at once, not at resync.
@@ -418,29 +492,23 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 	if failure != nil {
 		entry.Reason, entry.Message = netbackend.ReasonOf(failure), failure.Error()
 	}
-	for _, current := range n.Status.Nodes {
-		if current == entry {
-			return n, nil
-		}
+	// While the Node is not Ready the entry says so, exactly as the server's node lifecycle loop
+	// marks it, so the two never undo each other; once the Node is deleted the entry goes, as
+	// that loop removes it.
+	switch node := c.nodeStatus(); {
+	case node.deleted:
+		return WithdrawNodeEntry(ctx, c.client, n, c.opts.NodeName, "")
+	case node.why != "":
+		entry = MarkNodeNotReady(entry, node.why)
+	}
+	if current := findEntry(n, c.opts.NodeName); current != nil && *current == entry {
+		return n, nil
 	}
 	if failure != nil && netbackend.ReasonOf(failure) != ReasonTerminating {
 		c.event(n, "Warning", EventFailed, fmt.Sprintf("node %s: %v", c.opts.NodeName, failure))
 	}
-	apply := applyv1.Network(n.Name, n.Namespace).WithStatus(applyv1.NetworkStatus().WithNodes(
-		applyv1.NetworkNodeStatus().
-			WithNodeName(entry.NodeName).
-			WithBridge(entry.Bridge).
-			WithReady(entry.Ready).
-			WithReason(entry.Reason).
-			WithMessage(entry.Message).
-			WithObservedGeneration(entry.ObservedGeneration).
-			WithAttachments(entry.Attachments)))
-	updated, err := c.client.SamplecrdV1().Networks(n.Namespace).ApplyStatus(ctx, apply,
-		metav1.ApplyOptions{FieldManager: FieldManagerPrefix + c.opts.NodeName, Force: true})
-	if apierrors.IsNotFound(err) {
-		return nil, nil // deleted meanwhile; the delete event removes it from the node
-	}
-	return updated, err
+	// Deleted meanwhile (nil): the delete event removes it from the node.
+	return ApplyNodeEntry(ctx, c.client, n, entry, "")
 }
 
 // collectGarbage removes what is ours on the node but has no Network any more.

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/samplecrd/network-apiserver/pkg/controller/network"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodelifecycle"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
+	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
+)
+
+// nodeLifecycle runs pkg/controller/nodelifecycle inside the server: Nodes from the core API,
+// Networks from this server through its loopback client.
+type nodeLifecycle struct {
+	nodes kubernetes.Interface
+
+	mu   sync.Mutex
+	done chan struct{} // closed once a started loop has stopped
+}
+
+func newNodeLifecycle(core *rest.Config) (*nodeLifecycle, error) {
+	nodes, err := kubernetes.NewForConfig(core)
+	if err != nil {
+		return nil, err
+	}
+	return &nodeLifecycle{nodes: nodes}, nil
+}
+
+// start starts the loop in the background until ctx is done.
+func (l *nodeLifecycle) start(ctx context.Context, loopback *rest.Config) error {
+	config := rest.CopyConfig(loopback)
+	config.ContentType = runtime.ContentTypeProtobuf
+	config.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	client, err := versioned.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	nodeFactory := kubeinformers.NewSharedInformerFactory(l.nodes, 10*time.Minute)
+	nodes := nodeFactory.Core().V1().Nodes()
+	if err := nodes.Informer().SetTransform(network.TrimNode); err != nil {
+		return err
+	}
+	networkFactory := externalversions.NewSharedInformerFactory(client, 10*time.Minute)
+	networks := networkFactory.Samplecrd().V1().Networks()
+	// Only status and deletion matter here; managedFields (one set per node) are most of a
+	// Network's size.
+	if err := networks.Informer().SetTransform(func(obj interface{}) (interface{}, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetManagedFields(nil)
+		}
+		return obj, nil
+	}); err != nil {
+		return err
+	}
+	loop, err := nodelifecycle.New(client, networks, nodes)
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	l.mu.Lock()
+	l.done = done
+	l.mu.Unlock()
+	nodeFactory.Start(ctx.Done())
+	networkFactory.Start(ctx.Done())
+	go func() {
+		defer close(done)
+		defer nodeFactory.Shutdown()
+		defer networkFactory.Shutdown()
+		if err := loop.Run(ctx, 2); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "The node lifecycle loop stopped")
+		}
+	}()
+	return nil
+}
+
+// wait returns once a started loop has stopped.
+func (l *nodeLifecycle) wait() {
+	l.mu.Lock()
+	done := l.done
+	l.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
