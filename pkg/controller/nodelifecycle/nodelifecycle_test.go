@@ -1,0 +1,219 @@
+package nodelifecycle
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubeinformers "k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/network"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/fake"
+	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
+)
+
+func node(name string, status corev1.ConditionStatus, reason string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: status, Reason: reason}}}}
+}
+
+func entry(node string, attachments int32) v1.NetworkNodeStatus {
+	return v1.NetworkNodeStatus{NodeName: node, Bridge: "nwweb", Ready: true, ObservedGeneration: 1,
+		Message: "bridge and CNI configuration match the spec", Attachments: attachments}
+}
+
+type fixture struct {
+	t       *testing.T
+	client  *fake.Clientset
+	kube    *kubefake.Clientset
+	loop    *Controller
+	network *externalversions.SharedInformerFactory
+}
+
+// start runs the loop against fake clientsets holding nodes and networks, whose entries are
+// applied the way each node's agent applies them (its own field manager).
+func start(t *testing.T, nodes []*corev1.Node, networks map[*v1.Network][]v1.NetworkNodeStatus) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	client := fake.NewClientset()
+	kube := kubefake.NewClientset()
+	for _, n := range nodes {
+		if _, err := kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n, entries := range networks {
+		created, err := client.SamplecrdV1().Networks(n.Namespace).Create(ctx, n, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if created, err = network.ApplyNodeEntry(ctx, client, created, e, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	networkFactory := externalversions.NewSharedInformerFactory(client, 0)
+	nodeFactory := kubeinformers.NewSharedInformerFactory(kube, 0)
+	loop, err := New(client, networkFactory.Samplecrd().V1().Networks(), nodeFactory.Core().V1().Nodes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	networkFactory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
+	done := make(chan error, 1)
+	go func() { done <- loop.Run(ctx, 2) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		networkFactory.Shutdown()
+		nodeFactory.Shutdown()
+	})
+	return &fixture{t: t, client: client, kube: kube, loop: loop}
+}
+
+// eventually polls until the Network name's entries satisfy ok.
+func (f *fixture) eventually(what, name string, ok func(n *v1.Network) bool) *v1.Network {
+	f.t.Helper()
+	var last *v1.Network
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := f.client.SamplecrdV1().Networks("team").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = n
+		return ok(n), nil
+	})
+	if err != nil {
+		b, _ := json.Marshal(last)
+		f.t.Fatalf("%s: %v; last: %s", what, err, b)
+	}
+	return last
+}
+
+func entries(n *v1.Network) map[string]v1.NetworkNodeStatus {
+	m := map[string]v1.NetworkNodeStatus{}
+	for _, e := range n.Status.Nodes {
+		m[e.NodeName] = e
+	}
+	return m
+}
+
+func TestNotReadyMarkedAndDeletedRemoved(t *testing.T) {
+	ctx := context.Background()
+	web := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web", Generation: 1}}
+	now := metav1.Now()
+	// Being deleted, held only by node-2's pods.
+	old := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "old", Generation: 1,
+		DeletionTimestamp: &now, Finalizers: []string{network.ProtectionFinalizer}}}
+	// A marked entry of a Node deleted while no loop ran (its Node is gone, it was one).
+	stale := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "stale", Generation: 1}}
+	f := start(t, []*corev1.Node{node("node-1", corev1.ConditionTrue, "KubeletReady"), node("node-2", corev1.ConditionTrue, "KubeletReady")},
+		map[*v1.Network][]v1.NetworkNodeStatus{
+			// "host" is no Node: a controller with a --node-name of its own. It is left alone.
+			web:   {entry("node-1", 0), entry("node-2", 1), entry("host", 0)},
+			old:   {entry("node-2", 1)},
+			stale: {network.MarkNodeNotReady(entry("node-3", 1), "NodeStatusUnknown"), entry("host", 0)},
+		})
+
+	f.eventually("the stale entry of node-3 removed", "stale", func(n *v1.Network) bool {
+		e := entries(n)
+		_, has := e["node-3"]
+		return !has && e["host"] == entry("host", 0)
+	})
+
+	// node-2 stops being Ready.
+	if _, err := f.kube.CoreV1().Nodes().UpdateStatus(ctx, node("node-2", corev1.ConditionUnknown, "NodeStatusUnknown"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := network.MarkNodeNotReady(entry("node-2", 1), "NodeStatusUnknown")
+	n := f.eventually("node-2's entry marked", "web", func(n *v1.Network) bool { return entries(n)["node-2"] == want })
+	if e := entries(n); e["node-1"] != entry("node-1", 0) || e["host"] != entry("host", 0) || len(e) != 3 {
+		t.Errorf("other entries changed: %+v", n.Status.Nodes)
+	}
+	owned := false
+	for _, mf := range n.ManagedFields {
+		owned = owned || (mf.Manager == network.FieldManagerPrefix+"node-2" && mf.Operation == metav1.ManagedFieldsOperationApply)
+		if mf.Manager != network.FieldManagerPrefix+"node-1" && mf.Manager != network.FieldManagerPrefix+"node-2" &&
+			mf.Manager != network.FieldManagerPrefix+"host" && mf.Subresource == "status" {
+			t.Errorf("status written under field manager %q", mf.Manager)
+		}
+	}
+	if !owned {
+		t.Errorf("node-2's entry is no longer applied by %s: %+v", network.FieldManagerPrefix+"node-2", n.ManagedFields)
+	}
+	o := f.eventually("old's entry marked", "old", func(n *v1.Network) bool { return entries(n)["node-2"] == want })
+	if !slices.Contains(o.Finalizers, network.ProtectionFinalizer) {
+		t.Fatal("old released while node-2 reported pods")
+	}
+
+	// Once converged, a sync (another replica's, or a resync) writes nothing.
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		cached, err := f.loop.networks.Networks("team").Get("web")
+		return err == nil && entries(cached)["node-2"] == want, nil
+	}); err != nil {
+		t.Fatal("the informer did not see the mark")
+	}
+	f.client.ClearActions()
+	for _, key := range []string{"team/web", "team/old", "team/stale"} {
+		if err := f.loop.sync(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, a := range f.client.Actions() {
+		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
+			t.Errorf("a sync of converged Networks wrote: %v", a)
+		}
+	}
+
+	// node-2 is deleted: its entries go, and old, held by nothing else, is released.
+	if err := f.kube.CoreV1().Nodes().Delete(ctx, "node-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n = f.eventually("node-2's entry removed", "web", func(n *v1.Network) bool { _, has := entries(n)["node-2"]; return !has })
+	if e := entries(n); e["node-1"] != entry("node-1", 0) || e["host"] != entry("host", 0) || len(e) != 2 {
+		t.Errorf("other entries changed: %+v", n.Status.Nodes)
+	}
+	f.eventually("old released", "old", func(n *v1.Network) bool {
+		return len(n.Status.Nodes) == 0 && !slices.Contains(n.Finalizers, network.ProtectionFinalizer)
+	})
+}
+
+// A Network being deleted whose remaining entry is a Ready node's waits for that node's agent.
+func TestReadyNodeReleasesItself(t *testing.T) {
+	ctx := context.Background()
+	now := metav1.Now()
+	old := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "old", Generation: 1,
+		DeletionTimestamp: &now, Finalizers: []string{network.ProtectionFinalizer}}}
+	f := start(t, []*corev1.Node{node("node-1", corev1.ConditionTrue, "KubeletReady"), node("node-2", corev1.ConditionUnknown, "NodeStatusUnknown")},
+		map[*v1.Network][]v1.NetworkNodeStatus{old: {entry("node-1", 0), entry("node-2", 1)}})
+	f.eventually("node-2's entry marked", "old", func(n *v1.Network) bool { return !entries(n)["node-2"].Ready })
+	if err := f.kube.CoreV1().Nodes().Delete(ctx, "node-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("node-2's entry removed", "old", func(n *v1.Network) bool { _, has := entries(n)["node-2"]; return !has })
+	// Wait for the loop to have seen its own write, then sync once more: node-1 is Ready, so
+	// releasing is its agent's call.
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		cached, err := f.loop.networks.Networks("team").Get("old")
+		return err == nil && len(cached.Status.Nodes) == 1, nil
+	}); err != nil {
+		t.Fatal("the informer did not see the removal")
+	}
+	if err := f.loop.sync(ctx, "team/old"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := f.client.SamplecrdV1().Networks("team").Get(ctx, "old", metav1.GetOptions{})
+	if err != nil || !slices.Contains(n.Finalizers, network.ProtectionFinalizer) {
+		t.Fatalf("released although the Ready node-1 reports on it: %+v, %v", n, err)
+	}
+}
