@@ -1,0 +1,168 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	samplecrdv1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	networkcontroller "github.com/samplecrd/network-apiserver/pkg/controller/network"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
+)
+
+// TestAggregatedNodeLifecycle: network-apiserver, attached to a real kube-apiserver, carries
+// Nodes' readiness and deletion into status.nodes. No kubelet runs here: the Nodes are objects
+// the test creates and whose Ready condition it sets, and the agents' entries are applied as the
+// agents apply them (each under its node's field manager). A Node going NotReady marks its
+// entries and the Networks' Ready names it, the other node's entries stay; deleting the Node
+// removes its entries, and a Network being deleted that only its pods held goes.
+func TestAggregatedNodeLifecycle(t *testing.T) {
+	netnstest.RequireRoot(t)
+	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
+	c := localCluster(t)
+	ctx := context.Background()
+
+	setReady := func(node, status, reason string) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":%q,"reason":%q,"message":"set by the test","lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`,
+			status, reason, time.Now().UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339))
+		c.kubectl(t, "patch", "node", node, "--subresource", "status", "--type", "merge", "-p", patch)
+	}
+	for _, node := range []string{"ghost-1", "ghost-2"} {
+		c.kubectl(t, "apply", "-f", writeManifest(t, node+".yaml", "apiVersion: v1\nkind: Node\nmetadata:\n  name: "+node+"\n"))
+		setReady(node, "True", "KubeletReady")
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	networks := client.SamplecrdV1().Networks("default")
+	report := func(n *samplecrdv1.Network, node string, attachments int32) *samplecrdv1.Network {
+		t.Helper()
+		e := samplecrdv1.NetworkNodeStatus{NodeName: node, Bridge: "nwghost", Ready: true, ObservedGeneration: n.Generation,
+			Message: "bridge and CNI configuration match the spec", Attachments: attachments}
+		updated, err := networkcontroller.ApplyNodeEntry(ctx, client, n, e, "")
+		if err != nil || updated == nil {
+			t.Fatalf("applying %s's entry as its agent would: %v", node, err)
+		}
+		return updated
+	}
+	create := func(name, cidr string, finalizers ...string) *samplecrdv1.Network {
+		t.Helper()
+		n, err := networks.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: finalizers},
+			Spec: samplecrdv1.NetworkSpec{CIDR: cidr}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	web := create("web", "10.30.0.0/24")
+	report(report(web, "ghost-1", 0), "ghost-2", 1)
+	// Being deleted later: its pods on ghost-2 hold it.
+	old := create("old", "10.31.0.0/24", networkcontroller.ProtectionFinalizer)
+	report(report(old, "ghost-1", 0), "ghost-2", 1)
+	entryOf := func(n *samplecrdv1.Network, node string) *samplecrdv1.NetworkNodeStatus {
+		for i := range n.Status.Nodes {
+			if n.Status.Nodes[i].NodeName == node {
+				return &n.Status.Nodes[i]
+			}
+		}
+		return nil
+	}
+	get := func(name string) (*samplecrdv1.Network, string) {
+		n, err := networks.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err.Error()
+		}
+		b, _ := json.Marshal(n.Status)
+		return n, string(b)
+	}
+
+	start := time.Now()
+	setReady("ghost-2", "Unknown", "NodeStatusUnknown")
+	want := "node ghost-2 is not Ready (NodeStatusUnknown); bridge, generation and attachments as its agent last reported"
+	for _, name := range []string{"web", "old"} {
+		eventually(t, 30*time.Second, name+": ghost-2's entry marked NodeNotReady", func() (bool, string) {
+			n, s := get(name)
+			if n == nil {
+				return false, s
+			}
+			e := entryOf(n, "ghost-2")
+			return e != nil && !e.Ready && e.Reason == networkcontroller.ReasonNodeNotReady && e.Message == want && e.Attachments == 1 && e.Bridge == "nwghost", s
+		})
+	}
+	t.Logf("entries marked %s after the Node went NotReady", time.Since(start).Round(time.Millisecond))
+	n, s := get("web")
+	if e := entryOf(n, "ghost-1"); e == nil || !e.Ready || e.Message != "bridge and CNI configuration match the spec" {
+		t.Errorf("ghost-1's entry changed: %s", s)
+	}
+	cond := meta.FindStatusCondition(n.Status.Conditions, "Ready")
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != networkcontroller.ReasonNodeNotReady ||
+		cond.Message != "not ready on 1 of 2 nodes: ghost-2: "+want {
+		t.Errorf("web's Ready condition: %+v", cond)
+	}
+	owners := map[string]bool{}
+	for _, mf := range n.ManagedFields {
+		if mf.Subresource == "status" {
+			owners[mf.Manager] = true
+		}
+	}
+	if len(owners) != 2 || !owners["network-controller/ghost-1"] || !owners["network-controller/ghost-2"] {
+		t.Errorf("status field managers: %v, want only the two nodes'", owners)
+	}
+	if out := c.kubectl(t, "get", "network", "web"); !regexpLine(out, `web\s+10\.30\.0\.0/24\s+10\.30\.0\.1\s+False\s+\S+`) {
+		t.Errorf("kubectl get network web:\n%s", out)
+	}
+
+	// old is deleted while ghost-2 reports a pod on it: it stays.
+	c.kubectl(t, "delete", "network", "old", "--wait=false")
+	if n, s := get("old"); n == nil || n.DeletionTimestamp == nil || !slices.Contains(n.Finalizers, networkcontroller.ProtectionFinalizer) {
+		t.Fatalf("old after delete: %v %s", n, s)
+	}
+
+	// The Node is deleted: its entries go; old, held only by ghost-2's pod, goes too once ghost-1
+	// (whose agent would release it) no longer reports: here no agent runs, so it is marked
+	// NotReady first, which leaves no Ready node to wait for.
+	start = time.Now()
+	c.kubectl(t, "delete", "node", "ghost-2")
+	eventually(t, 30*time.Second, "web: ghost-2's entry removed, Ready again", func() (bool, string) {
+		n, s := get("web")
+		if n == nil {
+			return false, s
+		}
+		cond := meta.FindStatusCondition(n.Status.Conditions, "Ready")
+		return entryOf(n, "ghost-2") == nil && len(n.Status.Nodes) == 1 && cond != nil && cond.Status == metav1.ConditionTrue, s
+	})
+	t.Logf("entries removed %s after the Node was deleted", time.Since(start).Round(time.Millisecond))
+	eventually(t, 30*time.Second, "old: ghost-2's entry removed", func() (bool, string) {
+		n, s := get("old")
+		return n != nil && entryOf(n, "ghost-2") == nil, s
+	})
+	if n, s := get("old"); n == nil || !slices.Contains(n.Finalizers, networkcontroller.ProtectionFinalizer) {
+		t.Fatalf("old released while the Ready ghost-1 reports on it (its agent's call): %s", s)
+	}
+	setReady("ghost-1", "False", "KubeletNotReady")
+	eventually(t, 30*time.Second, "old released and gone", func() (bool, string) {
+		_, err := networks.Get(ctx, "old", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	n, s = get("web")
+	if e := entryOf(n, "ghost-1"); e == nil || e.Ready || !strings.Contains(e.Message, "node ghost-1 is not Ready (KubeletNotReady)") {
+		t.Errorf("web's ghost-1 entry after ghost-1 went NotReady: %s", s)
+	}
+}
