@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -467,8 +468,51 @@ spec:
 		t.Logf("processes and resident memory with network-apiserver deployed:\n%s", out)
 	})
 
+	// everyNetwork checks every Network with ok; it says how many there are and shows the
+	// status of the first few that fail.
+	everyNetwork := func(ctx context.Context, ok func(entries map[string]samplecrdv1.NetworkNodeStatus, ready *metav1.Condition) bool) (bool, string) {
+		list, err := networks.List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) == 0 {
+			return false, fmt.Sprintf("list: %v (%d Networks)", err, len(list.Items))
+		}
+		var failing []string
+		for _, n := range list.Items {
+			entries := map[string]samplecrdv1.NetworkNodeStatus{}
+			for _, e := range n.Status.Nodes {
+				entries[e.NodeName] = e
+			}
+			if !ok(entries, meta.FindStatusCondition(n.Status.Conditions, "Ready")) {
+				if len(failing) < 3 {
+					b, _ := json.Marshal(n.Status)
+					failing = append(failing, n.Name+": "+string(b))
+				} else {
+					failing = append(failing, n.Name)
+				}
+			}
+		}
+		return len(failing) == 0, fmt.Sprintf("%d of %d Networks not as wanted:\n%s", len(failing), len(list.Items), strings.Join(failing, "\n"))
+	}
+	// bridges returns node's bridges made for Networks with their interface indexes, so that a
+	// bridge deleted and made again shows.
+	bridges := func(t *testing.T, node string) map[string]string {
+		t.Helper()
+		out, err := c.nodeExec(t, node, "ip", "-o", "link", "show", "type", "bridge")
+		if err != nil {
+			t.Fatalf("%s: ip link: %v\n%s", node, err, out)
+		}
+		m := map[string]string{}
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) > 1 && strings.HasPrefix(f[1], "nw") {
+				m[strings.TrimSuffix(f[1], ":")] = f[0]
+			}
+		}
+		return m
+	}
+
 	t.Run("StopKubelet", func(t *testing.T) {
 		ctx := context.Background()
+		node1Before := bridges(t, "node1")
 		if out, err := c.script(ctx, "stop-kubelet", "2"); err != nil {
 			t.Fatalf("stop-kubelet 2: %v\n%s", err, out)
 		}
@@ -477,35 +521,51 @@ spec:
 			out, _ := c.kubectlErr("get", "node", "node2", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 			return strings.TrimSpace(out) == "Unknown", out
 		})
-		t.Logf("node2 NotReady %s after its kubelet stopped", time.Since(start).Round(time.Millisecond))
+		t.Logf("node2 NotReady %s after its kubelet stopped (kube-controller-manager --node-monitor-grace-period 20s)", time.Since(start).Round(time.Millisecond))
 		// node1 and the API are unaffected: a new Network is realised there.
 		if _, err := networks.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "node2-down"},
 			Spec: samplecrdv1.NetworkSpec{CIDR: "10.20.0.0/24"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 60*time.Second, "node2-down realised on node1", func() (bool, string) {
-			n, err := networks.Get(ctx, "node2-down", metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			b, _ := json.Marshal(n.Status.Nodes)
-			for _, s := range n.Status.Nodes {
-				if s.NodeName == "node1" && s.Ready {
-					return true, string(b)
-				}
-			}
-			return false, string(b)
+		// Every Network's node2 entry says node2 is not Ready (written by network-apiserver's
+		// node lifecycle loop, and by node2's agent, which still runs: only the kubelet
+		// stopped), every Network is Ready=False naming node2, and node1's entries are ready.
+		marked := time.Now()
+		eventually(t, 120*time.Second, "every Network's node2 entry NodeNotReady, node1's ready", func() (bool, string) {
+			return everyNetwork(ctx, func(e map[string]samplecrdv1.NetworkNodeStatus, ready *metav1.Condition) bool {
+				e1, e2 := e["node1"], e["node2"]
+				return len(e) == 2 && e1.Ready && !e2.Ready && e2.Reason == "NodeNotReady" &&
+					strings.HasPrefix(e2.Message, "node node2 is not Ready (NodeStatusUnknown)") &&
+					ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == "NodeNotReady" &&
+					strings.HasPrefix(ready.Message, "not ready on 1 of 2 nodes: node2: node node2 is not Ready")
+			})
 		})
-		// The agent on node2 still runs (only its kubelet stopped), and nothing ages a node's
-		// entry out of status.nodes: record what it says.
-		if n, err := networks.Get(ctx, "node2-down", metav1.GetOptions{}); err == nil {
-			b, _ := json.Marshal(n.Status.Nodes)
-			t.Logf("status.nodes with node2 NotReady: %s", b)
+		t.Logf("node2's entries marked NodeNotReady %s after node2 went NotReady", time.Since(marked).Round(time.Millisecond))
+		if out := c.kubectl(t, "get", "network", "backend"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+False\s+\S+`) {
+			t.Errorf("kubectl get network backend with node2 NotReady:\n%s", out)
 		}
+		node1After := bridges(t, "node1")
+		for bridge, index := range node1Before {
+			if node1After[bridge] != index {
+				t.Errorf("node1's bridge %s (index %s) is now %q", bridge, index, node1After[bridge])
+			}
+		}
+		if len(node1After) != len(node1Before)+1 {
+			t.Errorf("node1's bridges: %d before, %d after one Network more", len(node1Before), len(node1After))
+		}
+
 		if out, err := c.script(ctx, "start-kubelet", "2"); err != nil {
 			t.Fatalf("start-kubelet 2: %v\n%s", err, out)
 		}
 		c.kubectl(t, "wait", "--for=condition=Ready", "node/node2", "--timeout=120s")
+		back := time.Now()
+		// node2's agent reports again as usual: every Network is ready on both nodes.
+		eventually(t, 120*time.Second, "every Network ready on node1 and node2 again", func() (bool, string) {
+			return everyNetwork(ctx, func(e map[string]samplecrdv1.NetworkNodeStatus, ready *metav1.Condition) bool {
+				return len(e) == 2 && e["node1"].Ready && e["node2"].Ready && ready != nil && ready.Status == metav1.ConditionTrue
+			})
+		})
+		t.Logf("every Network ready on both nodes %s after node2 was Ready again", time.Since(back).Round(time.Millisecond))
 	})
 
 	t.Run("DeleteK", func(t *testing.T) {
