@@ -510,8 +510,14 @@ spec:
 		return m
 	}
 
+	readyOnBoth := func(e map[string]samplecrdv1.NetworkNodeStatus, ready *metav1.Condition) bool {
+		return len(e) == 2 && e["node1"].Ready && e["node2"].Ready && ready != nil && ready.Status == metav1.ConditionTrue
+	}
+
 	t.Run("StopKubelet", func(t *testing.T) {
 		ctx := context.Background()
+		// The Networks the steps above created, realised everywhere before the node goes.
+		eventually(t, 120*time.Second, "every Network ready on node1 and node2", func() (bool, string) { return everyNetwork(ctx, readyOnBoth) })
 		node1Before := bridges(t, "node1")
 		if out, err := c.script(ctx, "stop-kubelet", "2"); err != nil {
 			t.Fatalf("stop-kubelet 2: %v\n%s", err, out)
@@ -560,11 +566,7 @@ spec:
 		c.kubectl(t, "wait", "--for=condition=Ready", "node/node2", "--timeout=120s")
 		back := time.Now()
 		// node2's agent reports again as usual: every Network is ready on both nodes.
-		eventually(t, 120*time.Second, "every Network ready on node1 and node2 again", func() (bool, string) {
-			return everyNetwork(ctx, func(e map[string]samplecrdv1.NetworkNodeStatus, ready *metav1.Condition) bool {
-				return len(e) == 2 && e["node1"].Ready && e["node2"].Ready && ready != nil && ready.Status == metav1.ConditionTrue
-			})
-		})
+		eventually(t, 120*time.Second, "every Network ready on node1 and node2 again", func() (bool, string) { return everyNetwork(ctx, readyOnBoth) })
 		t.Logf("every Network ready on both nodes %s after node2 was Ready again", time.Since(back).Round(time.Millisecond))
 	})
 
