@@ -570,6 +570,73 @@ spec:
 		t.Logf("every Network ready on both nodes %s after node2 was Ready again", time.Since(back).Round(time.Millisecond))
 	})
 
+	// A node that will not come back is deleted, as an operator does: its entries go and its
+	// agent, still running, does not put them back; a Network its pods held can be deleted.
+	t.Run("DeleteNode", func(t *testing.T) {
+		ctx := context.Background()
+		if out, err := c.script(ctx, "stop-kubelet", "2"); err != nil {
+			t.Fatalf("stop-kubelet 2: %v\n%s", err, out)
+		}
+		eventually(t, 120*time.Second, "node2 NotReady", func() (bool, string) {
+			out, _ := c.kubectlErr("get", "node", "node2", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+			return strings.TrimSpace(out) == "Unknown", out
+		})
+		start := time.Now()
+		c.kubectl(t, "delete", "node", "node2")
+		eventually(t, 60*time.Second, "every Network only on node1, Ready", func() (bool, string) {
+			return everyNetwork(ctx, func(e map[string]samplecrdv1.NetworkNodeStatus, ready *metav1.Condition) bool {
+				return len(e) == 1 && e["node1"].Ready && ready != nil && ready.Status == metav1.ConditionTrue
+			})
+		})
+		t.Logf("node2's entries removed %s after the Node was deleted", time.Since(start).Round(time.Millisecond))
+		// node2's agent still runs (its container outlives the kubelet) and still realises
+		// Networks there, but reports nothing: a new Network's bridge appears on node2 and its
+		// status names node1 only.
+		n, err := networks.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "node2-deleted"},
+			Spec: samplecrdv1.NetworkSpec{CIDR: "10.21.0.0/24"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bridge string
+		eventually(t, 60*time.Second, "node2-deleted realised on node1", func() (bool, string) {
+			n, err = networks.Get(ctx, "node2-deleted", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			b, _ := json.Marshal(n.Status)
+			if len(n.Status.Nodes) == 1 && n.Status.Nodes[0].NodeName == "node1" && n.Status.Nodes[0].Ready {
+				bridge = n.Status.Nodes[0].Bridge
+				return true, string(b)
+			}
+			return false, string(b)
+		})
+		eventually(t, 60*time.Second, "node2-deleted's bridge on node2 (its agent saw it)", func() (bool, string) {
+			out, err := c.nodeExec(t, "node2", "ip", "-o", "addr", "show", "dev", bridge)
+			return err == nil && strings.Contains(out, "10.21.0.1/24"), out
+		})
+		n, err = networks.Get(ctx, "node2-deleted", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := json.Marshal(n.Status.Nodes); len(n.Status.Nodes) != 1 {
+			t.Errorf("node2's agent reported after its Node was deleted: %s", b)
+		}
+
+		// The kubelet starts again: it registers node2 anew, and node2 reports again.
+		if out, err := c.script(ctx, "start-kubelet", "2"); err != nil {
+			t.Fatalf("start-kubelet 2: %v\n%s", err, out)
+		}
+		eventually(t, 120*time.Second, "node2 registered and Ready", func() (bool, string) {
+			out, _ := c.kubectlErr("get", "node", "node2", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+			return strings.TrimSpace(out) == "True", out
+		})
+		back := time.Now()
+		eventually(t, 180*time.Second, "every Network ready on node1 and node2 again", func() (bool, string) { return everyNetwork(ctx, readyOnBoth) })
+		t.Logf("every Network ready on both nodes %s after node2 registered again", time.Since(back).Round(time.Millisecond))
+		c.kubectl(t, "-n", "network-apiserver", "rollout", "status", "statefulset/etcd", "--timeout=180s")
+		c.kubectl(t, "-n", "network-agent", "rollout", "status", "daemonset/network-agent", "--timeout=180s")
+	})
+
 	t.Run("DeleteK", func(t *testing.T) {
 		start := time.Now()
 		c.kubectl(t, "delete", "-k", overlay, "--wait=true", "--timeout=180s")
