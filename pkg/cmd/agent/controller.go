@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -131,7 +133,7 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 		defer broadcaster.Shutdown()
 		opts.Recorder = broadcaster.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "network-controller", Host: c.NodeName})
 	}
-	if c.WatchNode && core.Nodes != nil {
+	if c.WatchNode && core.Nodes != nil && servesNodes(core.Nodes) {
 		nodes := kubeinformers.NewSharedInformerFactoryWithOptions(core.Nodes, c.ResyncPeriod,
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
 				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.NodeName).String()
@@ -151,6 +153,18 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	return controller.Run(ctx, c.Workers)
+}
+
+// servesNodes says whether client's endpoint serves Nodes; a standalone network-apiserver does
+// not, and there is no Node to watch. Other errors count as serving: the informer retries.
+func servesNodes(client kubernetes.Interface) bool {
+	resources, err := client.Discovery().ServerResourcesForGroupVersion("v1")
+	if err == nil && !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "nodes" }) ||
+		apierrors.IsNotFound(err) {
+		klog.InfoS("The endpoint serves no Nodes: this node's Node is not watched (--watch-node)")
+		return false
+	}
+	return true
 }
 
 // protobufConfig is config speaking protobuf.
