@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -15,8 +14,11 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/controller/network"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodelifecycle"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
-	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
 )
+
+// nodeLifecycleResync is how often the loop passes over the Networks again while some Node is not
+// Ready, for agents that do not watch their Node and write their entries Ready again.
+const nodeLifecycleResync = 5 * time.Minute
 
 // nodeLifecycle runs pkg/controller/nodelifecycle inside the server: Nodes from the core API,
 // Networks from this server through its loopback client.
@@ -49,19 +51,7 @@ func (l *nodeLifecycle) start(ctx context.Context, loopback *rest.Config) error 
 	if err := nodes.Informer().SetTransform(network.TrimNode); err != nil {
 		return err
 	}
-	networkFactory := externalversions.NewSharedInformerFactory(client, 10*time.Minute)
-	networks := networkFactory.Samplecrd().V1().Networks()
-	// Only status and deletion matter here; managedFields (one set per node) are most of a
-	// Network's size.
-	if err := networks.Informer().SetTransform(func(obj interface{}) (interface{}, error) {
-		if m, ok := obj.(metav1.Object); ok {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	}); err != nil {
-		return err
-	}
-	loop, err := nodelifecycle.New(client, networks, nodes)
+	loop, err := nodelifecycle.New(client, nodes, nodeLifecycleResync)
 	if err != nil {
 		return err
 	}
@@ -70,12 +60,10 @@ func (l *nodeLifecycle) start(ctx context.Context, loopback *rest.Config) error 
 	l.done = done
 	l.mu.Unlock()
 	nodeFactory.Start(ctx.Done())
-	networkFactory.Start(ctx.Done())
 	go func() {
 		defer close(done)
 		defer nodeFactory.Shutdown()
-		defer networkFactory.Shutdown()
-		if err := loop.Run(ctx, 2); err != nil && ctx.Err() == nil {
+		if err := loop.Run(ctx); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "The node lifecycle loop stopped")
 		}
 	}()

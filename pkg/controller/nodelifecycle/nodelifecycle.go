@@ -14,88 +14,72 @@
 // a Node (a controller run with a --node-name of its own, as in a cluster without nodes) are left
 // alone. Several replicas may run it at once: they write the same content, conditional on the
 // Network's resourceVersion.
+//
+// It keeps no copy of the Networks (every replica would hold one, for nodes that are nearly always
+// Ready): it lists them, a page at a time, when a Node stops being Ready or is deleted, once at
+// start, and every resync period while some Node is not Ready (for an agent that does not watch
+// its Node and writes its entry Ready again).
 package nodelifecycle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/pager"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/network"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
-	informers "github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions/samplecrd/v1"
-	listers "github.com/samplecrd/network-apiserver/pkg/generated/listers/samplecrd/v1"
 )
 
-// byNode indexes Networks by the node names of their status entries.
-const byNode = "statusNodeName"
+// pass is the only work item: one pass over every Network. Events while a pass is queued
+// coalesce into it.
+const pass = "pass"
+
+// pageSize is how many Networks a pass lists at a time.
+const pageSize = 500
 
 // Controller is the node lifecycle loop.
 type Controller struct {
-	client   versioned.Interface
-	networks listers.NetworkLister
-	index    cache.Indexer
-	nodes    corelisters.NodeLister
-	synced   []cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	client versioned.Interface
+	nodes  corelisters.NodeLister
+	synced cache.InformerSynced
+	queue  workqueue.TypedRateLimitingInterface[string]
+	resync time.Duration
 
 	mu sync.Mutex
 	// deleted holds the names of Nodes this process saw deleted (and not created again).
 	deleted sets.Set[string]
 }
 
-// New wires the loop to an informer on Networks and one on Nodes (neither started yet).
-func New(client versioned.Interface, networkInformer informers.NetworkInformer, nodeInformer coreinformers.NodeInformer) (*Controller, error) {
+// New wires the loop to an informer on Nodes (not started yet). While some Node is not Ready,
+// every resync it passes over the Networks again.
+func New(client versioned.Interface, nodeInformer coreinformers.NodeInformer, resync time.Duration) (*Controller, error) {
 	c := &Controller{
-		client:   client,
-		networks: networkInformer.Lister(),
-		index:    networkInformer.Informer().GetIndexer(),
-		nodes:    nodeInformer.Lister(),
-		synced:   []cache.InformerSynced{networkInformer.Informer().HasSynced, nodeInformer.Informer().HasSynced},
-		deleted:  sets.New[string](),
+		client:  client,
+		nodes:   nodeInformer.Lister(),
+		synced:  nodeInformer.Informer().HasSynced,
+		deleted: sets.New[string](),
+		resync:  resync,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "network_node_lifecycle"}),
-	}
-	if err := networkInformer.Informer().AddIndexers(cache.Indexers{byNode: func(obj interface{}) ([]string, error) {
-		n, ok := obj.(*v1.Network)
-		if !ok {
-			return nil, nil
-		}
-		names := make([]string, 0, len(n.Status.Nodes))
-		for _, e := range n.Status.Nodes {
-			names = append(names, e.NodeName)
-		}
-		return names, nil
-	}}); err != nil {
-		return nil, err
-	}
-	enqueueNetwork := func(obj interface{}) {
-		if n, ok := obj.(*v1.Network); ok && len(n.Status.Nodes) == 0 && n.DeletionTimestamp == nil {
-			return
-		}
-		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
-			c.queue.Add(key)
-		}
-	}
-	if _, err := networkInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    enqueueNetwork,
-		UpdateFunc: func(_, obj interface{}) { enqueueNetwork(obj) },
-	}); err != nil {
-		return nil, err
 	}
 	_, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
@@ -103,7 +87,9 @@ func New(client versioned.Interface, networkInformer informers.NetworkInformer, 
 				c.mu.Lock()
 				c.deleted.Delete(node.Name)
 				c.mu.Unlock()
-				c.enqueueNode(node.Name)
+				if ready, _ := network.NodeReadiness(node); !ready {
+					c.queue.Add(pass)
+				}
 			}
 		},
 		UpdateFunc: func(oldObj, obj interface{}) {
@@ -114,8 +100,9 @@ func New(client versioned.Interface, networkInformer informers.NetworkInformer, 
 			}
 			oldReady, oldWhy := network.NodeReadiness(old)
 			ready, why := network.NodeReadiness(node)
-			if ready != oldReady || why != oldWhy {
-				c.enqueueNode(node.Name)
+			// Becoming Ready again is the node's agent's to report.
+			if !ready && (oldReady || why != oldWhy) {
+				c.queue.Add(pass)
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
@@ -126,43 +113,38 @@ func New(client versioned.Interface, networkInformer informers.NetworkInformer, 
 				c.mu.Lock()
 				c.deleted.Insert(node.Name)
 				c.mu.Unlock()
-				c.enqueueNode(node.Name)
+				c.queue.Add(pass)
 			}
 		},
 	})
 	return c, err
 }
 
-// enqueueNode queues every Network with an entry for node.
-func (c *Controller) enqueueNode(node string) {
-	keys, err := c.index.IndexKeys(byNode, node)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	for _, key := range keys {
-		c.queue.Add(key)
-	}
-}
-
-// Run waits for both caches, then runs workers until ctx is done.
-func (c *Controller) Run(ctx context.Context, workers int) error {
+// Run waits for the Node cache, passes over the Networks once, then on every change that calls
+// for it, until ctx is done.
+func (c *Controller) Run(ctx context.Context) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting the node lifecycle loop: entries of Nodes that are not Ready are marked NodeNotReady, those of deleted Nodes removed")
-	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
-		return fmt.Errorf("the node lifecycle loop's informers did not sync")
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+		return fmt.Errorf("the node lifecycle loop's Node informer did not sync")
 	}
+	c.queue.Add(pass) // entries of Nodes deleted or gone NotReady while no replica ran
 	var running sync.WaitGroup
-	for range workers {
-		running.Go(func() {
-			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for c.processNext(ctx) {
-				}
-			}, time.Second)
-		})
-	}
+	running.Go(func() {
+		wait.UntilWithContext(ctx, func(ctx context.Context) {
+			for c.processNext(ctx) {
+			}
+		}, time.Second)
+	})
+	running.Go(func() {
+		wait.UntilWithContext(ctx, func(context.Context) {
+			if c.someNodeNotReady() {
+				c.queue.Add(pass)
+			}
+		}, c.resync)
+	})
 	<-ctx.Done()
 	c.queue.ShutDown()
 	running.Wait()
@@ -175,8 +157,8 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		klog.FromContext(ctx).V(2).Info("Updating node entries failed; retrying", "network", key, "err", err)
+	if err := c.passOver(ctx); err != nil {
+		klog.FromContext(ctx).V(2).Info("Updating node entries failed; passing over the Networks again", "err", err)
 		c.queue.AddRateLimited(key)
 		return true
 	}
@@ -184,19 +166,41 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	return true
 }
 
+func (c *Controller) someNodeNotReady() bool {
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return false
+	}
+	for _, node := range nodes {
+		if ready, _ := network.NodeReadiness(node); !ready {
+			return true
+		}
+	}
+	return false
+}
+
+// passOver brings every Network's entries in line with the Nodes, a page of Networks at a time.
+// A Network that fails does not stop the others; the pass fails with the errors at the end.
+func (c *Controller) passOver(ctx context.Context) error {
+	var errs []error
+	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return c.client.SamplecrdV1().Networks(metav1.NamespaceAll).List(ctx, opts)
+	})
+	p.PageSize = pageSize
+	err := p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
+		if n, ok := obj.(*v1.Network); ok && (len(n.Status.Nodes) > 0 || n.DeletionTimestamp != nil) {
+			if err := c.sync(ctx, n); err != nil {
+				errs = append(errs, fmt.Errorf("%s/%s: %w", n.Namespace, n.Name, err))
+			}
+		}
+		return ctx.Err()
+	})
+	return errors.Join(append(errs, err)...)
+}
+
 // sync brings one Network's entries in line with the Nodes.
-func (c *Controller) sync(ctx context.Context, key string) error {
-	namespace, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
-		return nil
-	}
-	n, err := c.networks.Networks(namespace).Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
+func (c *Controller) sync(ctx context.Context, n *v1.Network) error {
+	key := n.Namespace + "/" + n.Name
 	current := n
 	for _, entry := range n.Status.Nodes {
 		var updated *v1.Network

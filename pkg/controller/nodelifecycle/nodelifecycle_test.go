@@ -16,7 +16,6 @@ import (
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/network"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/fake"
-	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
 )
 
 func node(name string, status corev1.ConditionStatus, reason string) *corev1.Node {
@@ -30,16 +29,20 @@ func entry(node string, attachments int32) v1.NetworkNodeStatus {
 }
 
 type fixture struct {
-	t       *testing.T
-	client  *fake.Clientset
-	kube    *kubefake.Clientset
-	loop    *Controller
-	network *externalversions.SharedInformerFactory
+	t      *testing.T
+	client *fake.Clientset
+	kube   *kubefake.Clientset
+	loop   *Controller
 }
 
 // start runs the loop against fake clientsets holding nodes and networks, whose entries are
 // applied the way each node's agent applies them (its own field manager).
 func start(t *testing.T, nodes []*corev1.Node, networks map[*v1.Network][]v1.NetworkNodeStatus) *fixture {
+	t.Helper()
+	return startResync(t, time.Hour, nodes, networks)
+}
+
+func startResync(t *testing.T, resync time.Duration, nodes []*corev1.Node, networks map[*v1.Network][]v1.NetworkNodeStatus) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	client := fake.NewClientset()
@@ -60,22 +63,19 @@ func start(t *testing.T, nodes []*corev1.Node, networks map[*v1.Network][]v1.Net
 			}
 		}
 	}
-	networkFactory := externalversions.NewSharedInformerFactory(client, 0)
 	nodeFactory := kubeinformers.NewSharedInformerFactory(kube, 0)
-	loop, err := New(client, networkFactory.Samplecrd().V1().Networks(), nodeFactory.Core().V1().Nodes())
+	loop, err := New(client, nodeFactory.Core().V1().Nodes(), resync)
 	if err != nil {
 		t.Fatal(err)
 	}
-	networkFactory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
 	done := make(chan error, 1)
-	go func() { done <- loop.Run(ctx, 2) }()
+	go func() { done <- loop.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
-		networkFactory.Shutdown()
 		nodeFactory.Shutdown()
 	})
 	return &fixture{t: t, client: client, kube: kube, loop: loop}
@@ -156,22 +156,14 @@ func TestNotReadyMarkedAndDeletedRemoved(t *testing.T) {
 		t.Fatal("old released while node-2 reported pods")
 	}
 
-	// Once converged, a sync (another replica's, or a resync) writes nothing.
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		cached, err := f.loop.networks.Networks("team").Get("web")
-		return err == nil && entries(cached)["node-2"] == want, nil
-	}); err != nil {
-		t.Fatal("the informer did not see the mark")
-	}
+	// Once converged, a pass (another replica's, or a resync) writes nothing.
 	f.client.ClearActions()
-	for _, key := range []string{"team/web", "team/old", "team/stale"} {
-		if err := f.loop.sync(ctx, key); err != nil {
-			t.Fatal(err)
-		}
+	if err := f.loop.passOver(ctx); err != nil {
+		t.Fatal(err)
 	}
 	for _, a := range f.client.Actions() {
-		if a.GetVerb() != "get" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
-			t.Errorf("a sync of converged Networks wrote: %v", a)
+		if a.GetVerb() != "list" {
+			t.Errorf("a pass over converged Networks did more than list: %v", a)
 		}
 	}
 
@@ -201,19 +193,27 @@ func TestReadyNodeReleasesItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.eventually("node-2's entry removed", "old", func(n *v1.Network) bool { _, has := entries(n)["node-2"]; return !has })
-	// Wait for the loop to have seen its own write, then sync once more: node-1 is Ready, so
-	// releasing is its agent's call.
-	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		cached, err := f.loop.networks.Networks("team").Get("old")
-		return err == nil && len(cached.Status.Nodes) == 1, nil
-	}); err != nil {
-		t.Fatal("the informer did not see the removal")
-	}
-	if err := f.loop.sync(ctx, "team/old"); err != nil {
+	// One more pass: node-1 is Ready, so releasing is its agent's call.
+	if err := f.loop.passOver(ctx); err != nil {
 		t.Fatal(err)
 	}
 	n, err := f.client.SamplecrdV1().Networks("team").Get(ctx, "old", metav1.GetOptions{})
 	if err != nil || !slices.Contains(n.Finalizers, network.ProtectionFinalizer) {
 		t.Fatalf("released although the Ready node-1 reports on it: %+v, %v", n, err)
 	}
+}
+
+// An agent that does not watch its Node writes its entry Ready again; while the Node is not
+// Ready, the next resync marks it again.
+func TestResyncMarksAgain(t *testing.T) {
+	ctx := context.Background()
+	web := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web", Generation: 1}}
+	f := startResync(t, 50*time.Millisecond, []*corev1.Node{node("node-2", corev1.ConditionFalse, "KubeletNotReady")},
+		map[*v1.Network][]v1.NetworkNodeStatus{web: {entry("node-2", 0)}})
+	want := network.MarkNodeNotReady(entry("node-2", 0), "KubeletNotReady")
+	n := f.eventually("node-2's entry marked", "web", func(n *v1.Network) bool { return entries(n)["node-2"] == want })
+	if _, err := network.ApplyNodeEntry(ctx, f.client, n, entry("node-2", 0), ""); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("node-2's entry marked again", "web", func(n *v1.Network) bool { return entries(n)["node-2"] == want })
 }
