@@ -514,8 +514,27 @@ spec:
 		return len(e) == 2 && e["node1"].Ready && e["node2"].Ready && ready != nil && ready.Status == metav1.ConditionTrue
 	}
 
+	// diagnose logs, when t has failed, what tells why the API or the agents did not answer.
+	diagnose := func(t *testing.T) {
+		if !t.Failed() {
+			return
+		}
+		for _, args := range [][]string{
+			{"get", "apiservice", "v1.samplecrd.k8s.io", "-o", "jsonpath={.status.conditions}"},
+			{"get", "nodes", "-o", "wide"},
+			{"get", "pods", "-A", "-o", "wide"},
+			{"-n", "network-apiserver", "get", "endpointslices", "-o", "wide"},
+			{"-n", "network-apiserver", "logs", "-l", "app.kubernetes.io/component=apiserver", "--tail", "30", "--prefix"},
+			{"-n", "network-agent", "logs", "-l", "app.kubernetes.io/name=network-agent", "--tail", "30", "--prefix"},
+		} {
+			out, err := c.kubectlErr(args...)
+			t.Logf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+
 	t.Run("StopKubelet", func(t *testing.T) {
 		ctx := context.Background()
+		defer diagnose(t)
 		// The Networks the steps above created, realised everywhere before the node goes.
 		eventually(t, 120*time.Second, "every Network ready on node1 and node2", func() (bool, string) { return everyNetwork(ctx, readyOnBoth) })
 		node1Before := bridges(t, "node1")
@@ -574,6 +593,7 @@ spec:
 	// agent, still running, does not put them back; a Network its pods held can be deleted.
 	t.Run("DeleteNode", func(t *testing.T) {
 		ctx := context.Background()
+		defer diagnose(t)
 		if out, err := c.script(ctx, "stop-kubelet", "2"); err != nil {
 			t.Fatalf("stop-kubelet 2: %v\n%s", err, out)
 		}
