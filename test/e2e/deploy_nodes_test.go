@@ -525,7 +525,7 @@ spec:
 			{"get", "pods", "-A", "-o", "wide"},
 			{"-n", "network-apiserver", "get", "endpointslices", "-o", "wide"},
 			{"-n", "network-apiserver", "logs", "-l", "app.kubernetes.io/component=apiserver", "--tail", "30", "--prefix"},
-			{"-n", "network-agent", "logs", "-l", "app.kubernetes.io/name=network-agent", "--tail", "30", "--prefix"},
+			{"-n", "network-agent", "logs", "-l", "app.kubernetes.io/component=agent", "--tail", "30", "--prefix"},
 		} {
 			out, err := c.kubectlErr(args...)
 			t.Logf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
