@@ -379,10 +379,11 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 	// releasing now would remove host-local's directory under that DEL, which then leaves it
 	// behind. Wait (a little) for the leases to go.
 	if actual != nil && len(actual.Leases) > 0 {
-		if wait, left := c.leasesPending(key); wait {
+		if c.leasesPending(key) {
+			// The message does not count down: each recheck would rewrite the status.
 			if _, err := c.report(ctx, n, 0, netbackend.Errorf(ReasonTerminating,
-				"the Network is being deleted; no pods are attached on node %s, but addresses %s are still leased (a runtime's DEL under way?): waiting up to %v for their release",
-				c.opts.NodeName, strings.Join(actual.Leases, ", "), left.Round(time.Second))); err != nil {
+				"the Network is being deleted; no pods are attached on node %s, but addresses %s are still leased (a runtime's DEL under way?): waiting for their release, at most %v",
+				c.opts.NodeName, strings.Join(actual.Leases, ", "), c.opts.LeaseGrace)); err != nil {
 				return "error", err
 			}
 			c.queue.AddAfter(key, leaseRecheck)
@@ -413,8 +414,8 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 const leaseRecheck = 200 * time.Millisecond
 
 // leasesPending records that key has leases without ports and tells whether to keep waiting for
-// them, and how much longer at most.
-func (c *Controller) leasesPending(key string) (bool, time.Duration) {
+// them.
+func (c *Controller) leasesPending(key string) bool {
 	c.leasesMu.Lock()
 	defer c.leasesMu.Unlock()
 	first, ok := c.leasesSeen[key]
@@ -422,8 +423,7 @@ func (c *Controller) leasesPending(key string) (bool, time.Duration) {
 		first = c.clock.Now()
 		c.leasesSeen[key] = first
 	}
-	left := c.opts.LeaseGrace - c.clock.Since(first)
-	return left > 0, left
+	return c.clock.Since(first) < c.opts.LeaseGrace
 }
 
 // leasesDone forgets key's wait for leases.

@@ -574,6 +574,14 @@ func TestReleaseWaitsForLeases(t *testing.T) {
 	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || !strings.Contains(applied[0].Message, "10.1.0.2") {
 		t.Fatalf("status while the lease is held: %+v", applied)
 	}
+	// Rechecks while the lease is held write nothing new.
+	deleting()
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if applied := f.statusApplies(); len(applied) != 0 {
+		t.Fatalf("a recheck with the same lease rewrote the status: %+v", applied)
+	}
 	// The DEL finishes: released.
 	f.backend.SetLeases("team/web")
 	deleting()
