@@ -425,8 +425,11 @@ func (a *Allocator) freeBlocks(ctx context.Context, scope string, pool netip.Pre
 	return free, nil
 }
 
-// listPage is how many allocations one read of List returns.
-const listPage = 1000
+// listPage is how many keys one read of Scan returns. etcd counts every key left in the range
+// for each read (a unary Range always fills in the response's count), so a scan of n keys
+// costs etcd about n²/listPage key visits: at a million Networks (two million keys to verify)
+// pages of 1000 kept both cores busy for minutes. A page of 10,000 keys is some 10 MB.
+var listPage int64 = 10000 // a variable only so that a test can make pages small
 
 // List returns every stored allocation at revision rev (0: the current one) and that revision.
 func (a *Allocator) List(ctx context.Context, rev int64) ([]Stored, int64, error) {
@@ -447,7 +450,12 @@ func (a *Allocator) Scan(ctx context.Context, prefix string, rev int64, fn func(
 		if err != nil {
 			return 0, err
 		}
-		rev = resp.Header.Revision
+		if rev == 0 {
+			// The first read fixes the revision. A response's header always carries the
+			// store's current revision, also for a read at an older one: taking it from
+			// every page would move a scan that spans pages to newer revisions.
+			rev = resp.Header.Revision
+		}
 		for _, kv := range resp.Kvs {
 			if err := fn(kv); err != nil {
 				return 0, err
