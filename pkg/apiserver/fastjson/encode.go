@@ -133,6 +133,21 @@ func (f *fields) key(k string) {
 	f.b = append(f.b, '"', ':')
 }
 
+// list writes key and items as a JSON array, each item by item.
+func list[T any](f *fields, key string, items []T, item func([]byte, *T) []byte) {
+	f.key(key)
+	f.b = append(f.b, '[')
+	for i := range items {
+		if i > 0 {
+			f.b = append(f.b, ',')
+		}
+		f.b = item(f.b, &items[i])
+	}
+	f.b = append(f.b, ']')
+}
+
+func appendStringItem(b []byte, s *string) []byte { return appendString(b, *s) }
+
 func appendTypeMeta(b []byte, t *metav1.TypeMeta) []byte {
 	if t.Kind != "" {
 		b = append(b, `"kind":`...)
@@ -186,26 +201,10 @@ func appendObjectMeta(b []byte, m *metav1.ObjectMeta) ([]byte, error) {
 		f.b = appendStringMap(f.b, m.Annotations)
 	}
 	if len(m.OwnerReferences) > 0 {
-		f.key("ownerReferences")
-		f.b = append(f.b, '[')
-		for i := range m.OwnerReferences {
-			if i > 0 {
-				f.b = append(f.b, ',')
-			}
-			f.b = appendOwnerReference(f.b, &m.OwnerReferences[i])
-		}
-		f.b = append(f.b, ']')
+		list(&f, "ownerReferences", m.OwnerReferences, appendOwnerReference)
 	}
 	if len(m.Finalizers) > 0 {
-		f.key("finalizers")
-		f.b = append(f.b, '[')
-		for i, s := range m.Finalizers {
-			if i > 0 {
-				f.b = append(f.b, ',')
-			}
-			f.b = appendString(f.b, s)
-		}
-		f.b = append(f.b, ']')
+		list(&f, "finalizers", m.Finalizers, appendStringItem)
 	}
 	if len(m.ManagedFields) > 0 {
 		f.key("managedFields")
@@ -305,26 +304,10 @@ func appendStatus(b []byte, s *v1.NetworkStatus) []byte {
 		f.b = strconv.AppendInt(f.b, s.ObservedGeneration, 10)
 	}
 	if len(s.Conditions) > 0 {
-		f.key("conditions")
-		f.b = append(f.b, '[')
-		for i := range s.Conditions {
-			if i > 0 {
-				f.b = append(f.b, ',')
-			}
-			f.b = appendCondition(f.b, &s.Conditions[i])
-		}
-		f.b = append(f.b, ']')
+		list(&f, "conditions", s.Conditions, appendCondition)
 	}
 	if len(s.Nodes) > 0 {
-		f.key("nodes")
-		f.b = append(f.b, '[')
-		for i := range s.Nodes {
-			if i > 0 {
-				f.b = append(f.b, ',')
-			}
-			f.b = appendNode(f.b, &s.Nodes[i])
-		}
-		f.b = append(f.b, ']')
+		list(&f, "nodes", s.Nodes, appendNode)
 	}
 	return append(f.b, '}')
 }

@@ -225,12 +225,18 @@ func readConfig(dir, key string) ([]byte, confState, error) {
 	return content, confOurs, nil
 }
 
-// listConfigKeys returns the keys of our configuration lists in dir.
-func listConfigKeys(dir string) ([]string, error) {
+// readDirIfExists is os.ReadDir with a missing directory read as an empty one.
+func readDirIfExists(dir string) ([]os.DirEntry, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	return entries, err
+}
+
+// listConfigKeys returns the keys of our configuration lists in dir.
+func listConfigKeys(dir string) ([]string, error) {
+	entries, err := readDirIfExists(dir)
 	if err != nil {
 		return nil, err
 	}

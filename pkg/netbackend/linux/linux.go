@@ -581,10 +581,7 @@ func (b *Backend) leases(key string) ([]string, bool, error) {
 // leaseDirKeys returns the keys of the networks that have a directory of ours in host-local's
 // data directory (named by NetworkName, so only names it can map back are recognised).
 func (b *Backend) leaseDirKeys() ([]string, error) {
-	entries, err := os.ReadDir(b.ipamDataDir())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	entries, err := readDirIfExists(b.ipamDataDir())
 	if err != nil {
 		return nil, err
 	}
