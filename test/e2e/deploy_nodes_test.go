@@ -25,6 +25,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 
 	samplecrdv1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
@@ -454,9 +455,23 @@ spec:
 		if out := c.kubectl(t, "get", "apiservice", "v1.samplecrd.k8s.io", "-o", "jsonpath={.spec.caBundle}"); out != caBundle {
 			t.Errorf("applying the overlay again changed the APIService's caBundle")
 		}
-		out = c.kubectl(t, "-n", "network-apiserver", "get", "pods", "-l", "app.kubernetes.io/component=apiserver", "-o", `jsonpath={range .items[*]}{.spec.nodeName}{"\n"}{end}`)
-		if !strings.Contains(out, "node1") || !strings.Contains(out, "node2") {
-			t.Errorf("after the rollout the replicas run on %q, want both nodes", out)
+		// The new revision's pods, not the old ones still terminating, must be on both nodes:
+		// one node lost must not take the API with it (StopKubelet below).
+		var nodes []string
+		err := wait.PollUntilContextTimeout(context.Background(), time.Second, time.Minute, true, func(context.Context) (bool, error) {
+			out := c.kubectl(t, "-n", "network-apiserver", "get", "pods", "-l", "app.kubernetes.io/component=apiserver", "-o",
+				`jsonpath={range .items[*]}{.spec.containers[0].image} {.spec.nodeName} {.metadata.deletionTimestamp}{"\n"}{end}`)
+			nodes = nil
+			for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+				f := strings.Fields(line)
+				if len(f) == 2 && strings.HasSuffix(f[0], ":v1.37.2-rollout") {
+					nodes = append(nodes, f[1])
+				}
+			}
+			return len(nodes) == 2, nil
+		})
+		if err != nil || nodes[0] == nodes[1] {
+			t.Errorf("after the rollout the new replicas run on %v (%v), want one on each node", nodes, err)
 		}
 	})
 
