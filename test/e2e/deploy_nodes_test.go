@@ -33,34 +33,8 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
 
-// deployCA is a certificate authority for the deploy test's Secrets.
-type deployCA struct {
-	cert    *x509.Certificate
-	key     *ecdsa.PrivateKey
-	certPEM []byte
-}
-
-func newDeployCA(t *testing.T, cn string) *deployCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &deployCA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
 // issue signs a certificate for cn and dnsNames with the given extended usages; PEM cert and key.
-func (ca *deployCA) issue(t *testing.T, cn string, dnsNames []string, usages ...x509.ExtKeyUsage) ([]byte, []byte) {
+func (ca *testCA) issue(t *testing.T, cn string, dnsNames []string, usages ...x509.ExtKeyUsage) ([]byte, []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -84,10 +58,10 @@ func (ca *deployCA) issue(t *testing.T, cn string, dnsNames []string, usages ...
 }
 
 // tlsSecret creates a Secret of type kubernetes.io/tls with ca.crt, as the README asks.
-func (c *nodeCluster) tlsSecret(t *testing.T, name string, ca *deployCA, cert, key []byte) {
+func (c *nodeCluster) tlsSecret(t *testing.T, name string, ca *testCA, cert, key []byte) {
 	t.Helper()
 	dir := t.TempDir()
-	for f, b := range map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.certPEM} {
+	for f, b := range map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.pem} {
 		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +139,7 @@ func TestDeployOnNodes(t *testing.T) {
 
 	// Step 2 of "On a real cluster": the certificates.
 	c.kubectl(t, "create", "namespace", "network-apiserver")
-	etcdCA := newDeployCA(t, "etcd-ca")
+	etcdCA := newTestCA(t, "etcd-ca")
 	etcdNames := []string{"*.etcd.network-apiserver.svc", "*.etcd.network-apiserver.svc.cluster.local", "localhost"}
 	both := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
 	cert, key := etcdCA.issue(t, "etcd-server", etcdNames, both...)
@@ -174,7 +148,7 @@ func TestDeployOnNodes(t *testing.T) {
 	c.tlsSecret(t, "etcd-peer", etcdCA, cert, key)
 	cert, key = etcdCA.issue(t, "network-apiserver", nil, x509.ExtKeyUsageClientAuth)
 	c.tlsSecret(t, "network-apiserver-etcd-client", etcdCA, cert, key)
-	servingCA := newDeployCA(t, "network-apiserver-serving-ca")
+	servingCA := newTestCA(t, "network-apiserver-serving-ca")
 	cert, key = servingCA.issue(t, "network-apiserver.network-apiserver.svc",
 		[]string{"network-apiserver.network-apiserver.svc", "network-apiserver.network-apiserver.svc.cluster.local"}, x509.ExtKeyUsageServerAuth)
 	c.tlsSecret(t, "network-apiserver-serving", servingCA, cert, key)
@@ -205,7 +179,7 @@ spec:
 	}
 
 	// The overlay (images, caBundle), then apply.
-	caBundle := base64.StdEncoding.EncodeToString(servingCA.certPEM)
+	caBundle := base64.StdEncoding.EncodeToString(servingCA.pem)
 	overlayDir := t.TempDir()
 	overlay := deployOverlay(t, overlayDir, "v1.37.2", caBundle)
 	start := time.Now()
