@@ -6,12 +6,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 
-	"github.com/samplecrd/network-apiserver/pkg/admission/plugin/networktemplate"
+	"github.com/samplecrd/network-apiserver/pkg/admission/template"
 )
 
 // WantsTemplateSource is implemented by plugins that read the network template.
 type WantsTemplateSource interface {
-	SetTemplateSource(networktemplate.Source)
+	SetTemplateSource(template.Source)
 	admission.InitializationValidator
 }
 
@@ -22,12 +22,12 @@ type WantsScheme interface {
 }
 
 type initializer struct {
-	templates networktemplate.Source
+	templates template.Source
 	scheme    *runtime.Scheme
 }
 
 // New returns the initializer.
-func New(templates networktemplate.Source, scheme *runtime.Scheme) admission.PluginInitializer {
+func New(templates template.Source, scheme *runtime.Scheme) admission.PluginInitializer {
 	return initializer{templates: templates, scheme: scheme}
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/samplecrd/network-apiserver/pkg/admission/networkinitializer"
 	"github.com/samplecrd/network-apiserver/pkg/admission/plugin/networktemplate"
+	"github.com/samplecrd/network-apiserver/pkg/admission/template"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver"
 )
 
@@ -48,9 +49,9 @@ func (o *Options) ownNamespace() string {
 // templateSource returns the file source when --network-template-file is set, else (attached) a
 // ConfigMap source whose informer is started by a post-start hook. The hook returns once the
 // informer has synced, so /readyz fails until then; creates meanwhile wait in the plugin.
-func (o *Options) templateSource(c *genericapiserver.RecommendedConfig) (networktemplate.Source, error) {
+func (o *Options) templateSource(c *genericapiserver.RecommendedConfig) (template.Source, error) {
 	if o.TemplateFile != "" || c.ClientConfig == nil {
-		return &networktemplate.FileSource{Path: o.TemplateFile}, nil
+		return &template.FileSource{Path: o.TemplateFile}, nil
 	}
 	client, err := kubernetes.NewForConfig(c.ClientConfig)
 	if err != nil {
@@ -59,7 +60,7 @@ func (o *Options) templateSource(c *genericapiserver.RecommendedConfig) (network
 	ns := o.ownNamespace()
 	factory := kubeinformers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute, kubeinformers.WithNamespace(ns))
 	configMaps := factory.Core().V1().ConfigMaps()
-	source := &networktemplate.ConfigMapSource{Namespace: ns, Lister: configMaps.Lister(), HasSynced: configMaps.Informer().HasSynced}
+	source := &template.ConfigMapSource{Namespace: ns, Lister: configMaps.Lister(), HasSynced: configMaps.Informer().HasSynced}
 	if err := c.AddPostStartHook("start-network-template-informer", func(hook genericapiserver.PostStartHookContext) error {
 		factory.Start(hook.Done())
 		factory.WaitForCacheSync(hook.Done())

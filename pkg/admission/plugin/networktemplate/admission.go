@@ -21,6 +21,8 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
+	"github.com/samplecrd/network-apiserver/pkg/admission/networkinitializer"
+	"github.com/samplecrd/network-apiserver/pkg/admission/template"
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/validation"
@@ -63,21 +65,25 @@ func Register(plugins *admission.Plugins) {
 // Plugin merges the template into new Networks.
 type Plugin struct {
 	*admission.Handler
-	source Source
+	source template.Source
 	scheme *runtime.Scheme
 
 	mu         sync.Mutex
 	lastLogged string
 }
 
-var _ admission.MutationInterface = &Plugin{}
+var (
+	_ admission.MutationInterface            = &Plugin{}
+	_ networkinitializer.WantsTemplateSource = &Plugin{}
+	_ networkinitializer.WantsScheme         = &Plugin{}
+)
 
 // SetTemplateSource is called by the initializer. A source that fills a cache (the ConfigMap
 // informer) makes the plugin wait for it, so that no Network is admitted without the template
 // only because the cache was still empty.
-func (p *Plugin) SetTemplateSource(s Source) {
+func (p *Plugin) SetTemplateSource(s template.Source) {
 	p.source = s
-	if syncing, ok := s.(SyncingSource); ok {
+	if syncing, ok := s.(template.SyncingSource); ok {
 		p.SetReadyFunc(syncing.Synced)
 	}
 }
@@ -133,7 +139,7 @@ func (p *Plugin) Admit(_ context.Context, a admission.Attributes, _ admission.Ob
 }
 
 // merge returns the template with n patched over it, so n's own fields win.
-func (p *Plugin) merge(n *samplecrd.Network, tmpl *Template) (*samplecrd.Network, error) {
+func (p *Plugin) merge(n *samplecrd.Network, tmpl *template.Template) (*samplecrd.Network, error) {
 	external := &v1.Network{}
 	if err := p.scheme.Convert(n, external, nil); err != nil {
 		return nil, err

@@ -16,19 +16,20 @@ import (
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/samplecrd/network-apiserver/pkg/admission/template"
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver"
 )
 
 // admStatic is a Source that always yields the same result.
 type admStatic struct {
-	tmpl *Template
+	tmpl *template.Template
 	err  error
 }
 
-func (s admStatic) Load() (*Template, error) { return s.tmpl, s.err }
+func (s admStatic) Load() (*template.Template, error) { return s.tmpl, s.err }
 
-func admPlugin(t *testing.T, src Source) *Plugin {
+func admPlugin(t *testing.T, src template.Source) *Plugin {
 	t.Helper()
 	p := &Plugin{Handler: admission.NewHandler(admission.Create)}
 	if err := p.ValidateInitialization(); err == nil {
@@ -44,7 +45,7 @@ func admPlugin(t *testing.T, src Source) *Plugin {
 
 func admTemplate(t *testing.T, yaml string) admStatic {
 	t.Helper()
-	tmpl, err := Parse("unit@1", []byte(yaml))
+	tmpl, err := template.Parse("unit@1", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func TestAdmitUserGatewayWins(t *testing.T) {
 func TestAdmitLeavesObjectUntouched(t *testing.T) {
 	full := admTemplate(t, admFullTemplate)
 	for name, tc := range map[string]struct {
-		source Source
+		source template.Source
 		n      *samplecrd.Network
 	}{
 		"opted out": {full, admNetwork("10.9.0.0/24", "", map[string]string{"env": "dev"}, map[string]string{OptOutAnnotation: "false"})},
@@ -199,7 +200,7 @@ func TestAdmitIgnoresOtherResources(t *testing.T) {
 }
 
 // admInit hands the plugin a source and the scheme, like the server's initializer.
-type admInit struct{ source Source }
+type admInit struct{ source template.Source }
 
 func (i admInit) Initialize(plugin admission.Interface) {
 	if p, ok := plugin.(*Plugin); ok {
@@ -247,14 +248,14 @@ func TestAdmitTemplateWithoutGatewayOnAllocatedPrefix(t *testing.T) {
 func TestAdmitWaitsForTheConfigMapInformer(t *testing.T) {
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	if err := indexer.Add(&corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "netops", Name: ConfigMapName, ResourceVersion: "1"},
-		Data:       map[string]string{ConfigMapKey: "metadata:\n  labels:\n    team: platform\n"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "netops", Name: template.ConfigMapName, ResourceVersion: "1"},
+		Data:       map[string]string{template.ConfigMapKey: "metadata:\n  labels:\n    team: platform\n"},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	// Not synced on the first two looks; synced from the third on.
 	var looks atomic.Int32
-	src := &ConfigMapSource{
+	src := &template.ConfigMapSource{
 		Namespace: "netops",
 		Lister:    corev1listers.NewConfigMapLister(indexer),
 		HasSynced: func() bool { return looks.Add(1) > 2 },

@@ -1,4 +1,7 @@
-package networktemplate
+// Package template is the operator's network template: what a template may hold (Parse) and where
+// it is read from (a file or a ConfigMap in the server's namespace). The NetworkTemplate admission
+// plugin merges it into new Networks; the admission initializer hands the plugin its Source.
+package template
 
 import (
 	"bytes"

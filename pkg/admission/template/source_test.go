@@ -1,4 +1,4 @@
-package networktemplate
+package template
 
 import (
 	"os"
