@@ -23,12 +23,6 @@ import (
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 )
 
-// AppendNetworkList appends l's JSON (without a trailing newline) to b.
-func AppendNetworkList(b []byte, l *v1.NetworkList) ([]byte, error) {
-	err := encodeList(l, &b, nil)
-	return b, err
-}
-
 // chunk is how much of a list WriteNetworkList collects before it writes to w.
 const chunk = 64 << 10
 

@@ -72,7 +72,7 @@ func TestMatchesEncodingJSON(t *testing.T) {
 		var l v1.NetworkList
 		f.Fill(&l)
 		want, wantErr = json.Marshal(&l)
-		got, err = AppendNetworkList(nil, &l)
+		got, err = appendNetworkList(nil, &l)
 		if (err != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
 			t.Fatalf("seed %d: NetworkList\n got %s (%v)\nwant %s (%v)", seed, got, err, want, wantErr)
 		}
@@ -93,7 +93,7 @@ func TestEmptyAndNil(t *testing.T) {
 		case *v1.Network:
 			got, err = AppendNetwork(nil, o)
 		case *v1.NetworkList:
-			got, err = AppendNetworkList(nil, o)
+			got, err = appendNetworkList(nil, o)
 		}
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("%T\n got %s (%v)\nwant %s", obj, got, err, want)
@@ -131,7 +131,7 @@ func realisticList(n int) *v1.NetworkList {
 func TestRealisticList(t *testing.T) {
 	l := realisticList(50)
 	want, _ := json.Marshal(l)
-	got, err := AppendNetworkList(nil, l)
+	got, err := appendNetworkList(nil, l)
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("got %s (%v)\nwant %s", got, err, want)
 	}
@@ -153,7 +153,7 @@ func BenchmarkList(b *testing.B) {
 		var out []byte
 		for b.Loop() {
 			var err error
-			if out, err = AppendNetworkList(out[:0], l); err != nil {
+			if out, err = appendNetworkList(out[:0], l); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -194,4 +194,10 @@ type countingWriter struct {
 func (c *countingWriter) Write(p []byte) (int, error) {
 	c.writes++
 	return c.w.Write(p)
+}
+
+// appendNetworkList appends l's JSON (without a trailing newline) to b, all in memory.
+func appendNetworkList(b []byte, l *v1.NetworkList) ([]byte, error) {
+	err := encodeList(l, &b, nil)
+	return b, err
 }
