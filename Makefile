@@ -170,9 +170,11 @@ bench-scale: build
 	hack/build-tools.sh
 	$(GO) run ./test/bench -scale $(SCALE) -scale-crd $(SCALE_CRD) -scale-memory-budget-gib $(SCALE_MEMORY_BUDGET_GIB) $(BENCH_FLAGS)
 
-## verify: gofmt, go vet, go.mod tidy, fresh generated code and no tracked file over 1 MiB
+## verify: gofmt, go vet, go.mod tidy, fresh generated code, the license header on every Go file
+## (hack/verify-boilerplate.sh -w adds it) and no tracked file over 1 MiB
 verify:
 	hack/verify-file-sizes.sh
+	hack/verify-boilerplate.sh
 	@bad=$$(gofmt -s -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './_output/*')); \
 	  if [ -n "$$bad" ]; then echo "gofmt -s would change: $$bad"; exit 1; fi
 	$(GO) vet ./...
