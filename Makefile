@@ -122,7 +122,7 @@ test-e2e: build
 	$(GO) test $(GO_TEST_FLAGS) ./test/e2e/...
 
 ## test-e2e-node (root): make cluster-up NODES=2 and what runs on it (test/e2e/node_test.go), then
-## network-apiserver deployed onto such nodes as README's "On a real cluster" says, and what
+## network-apiserver deployed onto such nodes as docs/operations.md's "On a real cluster" says, and what
 ## operators do to it (test/e2e/deploy_nodes_test.go). It installs containerd, runc, iptables and
 ## conntrack from Debian and builds kubelet, kube-proxy, kube-scheduler and CoreDNS (minutes the
 ## first time); on a machine that cannot run nodes it says why and skips.
