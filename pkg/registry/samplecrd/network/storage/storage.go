@@ -42,6 +42,8 @@ type StatusREST struct {
 
 var (
 	_ rest.StandardStorage     = &REST{}
+	_ rest.Creater             = &REST{}
+	_ rest.Updater             = &REST{}
 	_ rest.ShortNamesProvider  = &REST{}
 	_ rest.ResetFieldsStrategy = &REST{}
 

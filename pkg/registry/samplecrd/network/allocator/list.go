@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -66,46 +65,4 @@ func (a *Allocator) stored(kv *mvccpb.KeyValue) Stored {
 	}
 	s.Prefix, s.Owner = p, r.Owner
 	return s
-}
-
-// Restore writes the missing allocation al of the Network stored at objKey, if that Network is
-// still the incarnation created at objCreateRevision and nothing overlaps al. It returns
-// ErrObjectChanged or an *OverlapError otherwise.
-func (a *Allocator) Restore(ctx context.Context, objKey string, objCreateRevision int64, al Allocation) error {
-	_, err := a.guardedWrite(ctx, al,
-		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(objKey), "=", objCreateRevision)},
-		[]clientv3.Op{clientv3.OpGet(objKey, clientv3.WithKeysOnly())},
-		func(rs []*etcdserverpb.ResponseOp) error {
-			if kvs := rs[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != objCreateRevision {
-				return ErrObjectChanged
-			}
-			return nil
-		})
-	return err
-}
-
-// Rewrite replaces the allocation at key (if still at keyModRevision) by al, the allocation of the
-// Network stored at objKey (if still the incarnation created at objCreateRevision).
-func (a *Allocator) Rewrite(ctx context.Context, key string, keyModRevision int64, objKey string, objCreateRevision int64, al Allocation) (bool, error) {
-	if want := a.Key(al.Scope, al.Prefix); want != key {
-		return false, fmt.Errorf("allocation of %s belongs at %s, not %s", al.Prefix, want, key)
-	}
-	resp, err := a.client.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(key), "=", keyModRevision),
-		clientv3.Compare(clientv3.CreateRevision(objKey), "=", objCreateRevision),
-	).Then(clientv3.OpPut(key, Value(al))).Commit()
-	if err != nil {
-		return false, err
-	}
-	return resp.Succeeded, nil
-}
-
-// Remove deletes the allocation at key if it is still at modRevision.
-func (a *Allocator) Remove(ctx context.Context, key string, modRevision int64) (bool, error) {
-	resp, err := a.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRevision)).
-		Then(clientv3.OpDelete(key)).Commit()
-	if err != nil {
-		return false, err
-	}
-	return resp.Succeeded, nil
 }
