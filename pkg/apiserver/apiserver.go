@@ -4,20 +4,21 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
-	"k8s.io/klog/v2"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1beta1"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver/fastjson"
-	networkstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator/repair"
+	networkstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/storage"
 )
 
 // allocatorPingTimeout bounds /readyz's check of the allocator's etcd client.
@@ -31,8 +32,11 @@ type Config struct {
 
 // ExtraConfig is what network-apiserver needs beyond a generic apiserver.
 type ExtraConfig struct {
-	// Allocations keeps Networks from overlapping; required outside unit tests.
-	Allocations *networkstorage.Allocations
+	// Allocator keeps Networks from overlapping (required); Scoping says which must not.
+	Allocator *allocator.Allocator
+	Scoping   allocator.Scoping
+	// Pools are where prefixes for spec.prefixLength come from, tried in order.
+	Pools []netip.Prefix
 	// VerifyInterval is how often the allocation invariant is verified (and what is safe to fix,
 	// fixed), starting right after the server starts.
 	VerifyInterval time.Duration
@@ -63,7 +67,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	networks, status, err := networkstorage.NewStorage(Scheme, c.generic.RESTOptionsGetter, c.extra.Allocations)
+	if c.extra.Allocator == nil {
+		return nil, fmt.Errorf("creating network storage: no allocator")
+	}
+	storage, err := networkstorage.NewStorage(Scheme, c.generic.RESTOptionsGetter,
+		&networkstorage.Allocations{Allocator: c.extra.Allocator, Scoping: c.extra.Scoping, Pools: c.extra.Pools})
 	if err != nil {
 		return nil, fmt.Errorf("creating network storage: %w", err)
 	}
@@ -73,36 +81,31 @@ func (c CompletedConfig) New() (*Server, error) {
 	// Both versions share one storage (and so one watch cache): storage works on the internal
 	// version and the handlers convert. v1beta1's errors name its own spec fields.
 	group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"networks":        networks,
-		"networks/status": status,
+		"networks":        storage.Network,
+		"networks/status": storage.Status,
 	}
 	group.VersionedResourcesStorageMap[v1beta1.SchemeGroupVersion.Version] = map[string]rest.Storage{
-		"networks":        &v1beta1Networks{networks},
-		"networks/status": status,
+		"networks":        &v1beta1Networks{storage.Network},
+		"networks/status": storage.Status,
 	}
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, err
 	}
-	if a := c.extra.Allocations; a != nil {
-		// Creates and deletes keep the allocations exactly the stored Networks, so readiness does
-		// not wait for the verifier; it reports (and where safe fixes) what data written around
-		// the API, or by older versions of this server, broke.
-		generic.AddPostStartHookOrDie("verify-network-allocations", func(hook genericapiserver.PostStartHookContext) error {
-			go wait.UntilWithContext(hook, func(ctx context.Context) {
-				if _, err := a.Verify(ctx); err != nil {
-					klog.ErrorS(err, "Verifying network allocations failed")
-				}
-			}, c.extra.VerifyInterval)
-			return nil
-		})
-		// Creates and deletes use the allocator's own etcd client: readiness covers it too.
-		if err := generic.AddReadyzChecks(healthz.NamedCheck("etcd-allocator", func(r *http.Request) error {
-			ctx, cancel := context.WithTimeout(r.Context(), allocatorPingTimeout)
-			defer cancel()
-			return a.Allocator.Ping(ctx)
-		})); err != nil {
-			return nil, err
-		}
+	// Creates and deletes keep the allocations exactly the stored Networks, so readiness does not
+	// wait for the repair; it reports (and where safe fixes) what data written around the API, or
+	// by older versions of this server, broke.
+	verifier := repair.New(c.extra.Allocator, c.extra.Scoping, storage.Etcd.KeyPrefix(), storage.Etcd.Decode)
+	generic.AddPostStartHookOrDie("verify-network-allocations", func(hook genericapiserver.PostStartHookContext) error {
+		go verifier.Run(hook, c.extra.VerifyInterval)
+		return nil
+	})
+	// Creates and deletes use the allocator's own etcd client: readiness covers it too.
+	if err := generic.AddReadyzChecks(healthz.NamedCheck("etcd-allocator", func(r *http.Request) error {
+		ctx, cancel := context.WithTimeout(r.Context(), allocatorPingTimeout)
+		defer cancel()
+		return c.extra.Allocator.Ping(ctx)
+	})); err != nil {
+		return nil, err
 	}
 	return &Server{GenericAPIServer: generic}, nil
 }

@@ -11,7 +11,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1beta1"
-	networkstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
+	networkstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/storage"
 )
 
 // v1beta1Networks is the networks storage as v1beta1 serves it: the same storage, whose errors

@@ -2,9 +2,30 @@ package samplecrd
 
 import "net/netip"
 
+// The longest prefixes a Network may have: longer ones leave no usable address for the gateway.
+const (
+	MaxIPv4PrefixLength = 30
+	MaxIPv6PrefixLength = 126
+)
+
+// MaxPrefixLength is the longest prefix a Network of addr's family may have.
+func MaxPrefixLength(addr netip.Addr) int {
+	if addr.Is4() {
+		return MaxIPv4PrefixLength
+	}
+	return MaxIPv6PrefixLength
+}
+
+// SetDefaultGateway gives spec the default gateway of its cidr when it has none. The strategy
+// calls it, and the template admission plugin to validate a template as it will be stored.
+func SetDefaultGateway(spec *NetworkSpec) {
+	if spec.Gateway == "" {
+		spec.Gateway = DefaultGateway(spec.CIDR)
+	}
+}
+
 // DefaultGateway returns the first usable address of cidr (the network address plus one), or ""
-// when cidr is not a valid prefix or has no address after its network address (/32, /128). The
-// strategy uses it to default spec.gateway.
+// when cidr is not a valid prefix or has no address after its network address (/32, /128).
 func DefaultGateway(cidr string) string {
 	p, err := netip.ParsePrefix(cidr)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 
-	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
+	"github.com/samplecrd/network-apiserver/pkg/apiserver"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 )
 
@@ -56,11 +56,12 @@ func newEtcdClient(c storagebackend.TransportConfig) (*clientv3.Client, error) {
 	return clientv3.New(cfg)
 }
 
-// allocations builds the no-overlap guarantee over the storage's etcd.
-func (o *Options) allocations() (*network.Allocations, *clientv3.Client, error) {
+// allocations builds the no-overlap guarantee over the storage's etcd, and returns the client it
+// uses.
+func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error) {
 	pools, err := parsePools(o.NetworkPools)
 	if err != nil {
-		return nil, nil, err
+		return apiserver.ExtraConfig{}, nil, err
 	}
 	storage := o.Recommended.Etcd.StorageConfig
 	var client *clientv3.Client
@@ -68,11 +69,12 @@ func (o *Options) allocations() (*network.Allocations, *clientv3.Client, error) 
 		// The embedded member is in this process: creates and deletes call it directly.
 		client = o.embedded.InProcessClient()
 	} else if client, err = newEtcdClient(storage.Transport); err != nil {
-		return nil, nil, err
+		return apiserver.ExtraConfig{}, nil, err
 	}
-	return &network.Allocations{
-		Allocator:    allocator.New(client, storage.Prefix+"/allocations"),
-		PerNamespace: o.OverlapScope == OverlapScopeNamespace,
-		Pools:        pools,
+	return apiserver.ExtraConfig{
+		Allocator:      allocator.New(client, storage.Prefix+"/allocations"),
+		Scoping:        allocator.Scoping{PerNamespace: o.OverlapScope == OverlapScopeNamespace},
+		Pools:          pools,
+		VerifyInterval: o.AllocationVerifyInterval,
 	}, client, nil
 }

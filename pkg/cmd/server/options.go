@@ -262,11 +262,10 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		klog.InfoS("Standalone mode: no core Kubernetes API is configured, so delegated authentication and authorization, " +
 			"namespace lifecycle, admission webhooks and admission policies are off; the admin kubeconfig is the only credential")
 	}
-	allocations, etcdClient, err := o.allocations()
+	extra, etcdClient, err := o.allocations()
 	if err != nil {
 		return nil, err
 	}
 	o.etcdClients = append(o.etcdClients, etcdClient)
-	return &apiserver.Config{GenericConfig: config, Extra: apiserver.ExtraConfig{
-		Allocations: allocations, VerifyInterval: o.AllocationVerifyInterval}}, nil
+	return &apiserver.Config{GenericConfig: config, Extra: extra}, nil
 }

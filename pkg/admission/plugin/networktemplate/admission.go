@@ -167,9 +167,7 @@ func (p *Plugin) merge(n *samplecrd.Network, tmpl *template.Template) (*samplecr
 // validateDefaulted validates a copy of n with the defaults the strategy will apply.
 func validateDefaulted(n *samplecrd.Network) sets.Set[string] {
 	c := n.DeepCopy()
-	if c.Spec.Gateway == "" {
-		c.Spec.Gateway = samplecrd.DefaultGateway(c.Spec.CIDR)
-	}
+	samplecrd.SetDefaultGateway(&c.Spec)
 	out := sets.New[string]()
 	for _, e := range validation.ValidateNetwork(c) {
 		out.Insert(e.Error())

@@ -13,12 +13,6 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
 
-// Longest prefixes that still leave a usable address for the gateway.
-const (
-	maxIPv4PrefixBits = 30
-	maxIPv6PrefixBits = 126
-)
-
 // ValidateNetwork validates a Network being created.
 func ValidateNetwork(n *samplecrd.Network) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMeta(&n.ObjectMeta, true,
@@ -88,9 +82,9 @@ func ValidateNetworkSpec(spec *samplecrd.NetworkSpec, path *field.Path) field.Er
 	if spec.PrefixLength != 0 {
 		lengthPath := path.Child("prefixLength")
 		switch {
-		case spec.PrefixLength < 1 || spec.PrefixLength > maxIPv6PrefixBits:
+		case spec.PrefixLength < 1 || spec.PrefixLength > samplecrd.MaxIPv6PrefixLength:
 			allErrs = append(allErrs, field.Invalid(lengthPath, spec.PrefixLength,
-				fmt.Sprintf("must be between 1 and %d (at most %d for IPv4)", maxIPv6PrefixBits, maxIPv4PrefixBits)))
+				fmt.Sprintf("must be between 1 and %d (at most %d for IPv4)", samplecrd.MaxIPv6PrefixLength, samplecrd.MaxIPv4PrefixLength)))
 		case prefix.IsValid() && int(spec.PrefixLength) != prefix.Bits():
 			allErrs = append(allErrs, field.Invalid(lengthPath, spec.PrefixLength,
 				fmt.Sprintf("must equal the length of spec.cidr %s", prefix)))
@@ -114,11 +108,7 @@ func validateCIDR(cidr string, path *field.Path) (netip.Prefix, field.ErrorList)
 	if canonical := p.Masked().String(); canonical != cidr {
 		return netip.Prefix{}, field.ErrorList{field.Invalid(path, cidr, fmt.Sprintf("must be in canonical form %q (host bits zero, shortest notation)", canonical))}
 	}
-	maxBits := maxIPv6PrefixBits
-	if p.Addr().Is4() {
-		maxBits = maxIPv4PrefixBits
-	}
-	if p.Bits() > maxBits {
+	if maxBits := samplecrd.MaxPrefixLength(p.Addr()); p.Bits() > maxBits {
 		return netip.Prefix{}, field.ErrorList{field.Invalid(path, cidr, fmt.Sprintf("a /%d prefix leaves no address for a gateway; use /%d or shorter", p.Bits(), maxBits))}
 	}
 	return p, nil

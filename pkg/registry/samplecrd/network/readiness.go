@@ -15,7 +15,8 @@ import (
 const (
 	ReasonRealized    = "Realized"
 	ReasonReconciling = "Reconciling"
-	ReasonNodeFailed  = "NodeNotReady"
+	// ReasonNodesNotReady: some node entry is not ready and gave no reason of its own.
+	ReasonNodesNotReady = "NodeNotReady"
 )
 
 // deriveReadiness sets status.observedGeneration and the Ready condition from the node entries,
@@ -47,7 +48,7 @@ func deriveReadiness(n *samplecrd.Network) {
 	cond := metav1.Condition{Type: samplecrd.ConditionReady, ObservedGeneration: n.Generation}
 	switch {
 	case len(failed) > 0:
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonNodeFailed
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonNodesNotReady
 		if reason != "" {
 			cond.Reason = reason
 		}

@@ -1,6 +1,7 @@
-// Package network is the registry of Networks: the strategies that hold the rules of every write
-// (defaulting, generation, status/spec separation, validation) and the storage that wires them to
-// etcd through the generic store.
+// Package network holds the rules of Networks for the registry: the strategies of every write
+// (defaulting, generation, status/spec separation, validation), the Ready condition derived from
+// the node entries, the selectable fields and the table `kubectl get` prints. The storage package
+// beneath wires them to etcd.
 package network
 
 import (
@@ -52,8 +53,18 @@ type networkStrategy struct {
 	names.NameGenerator
 }
 
+var (
+	_ rest.RESTCreateStrategy  = networkStrategy{}
+	_ rest.RESTUpdateStrategy  = networkStrategy{}
+	_ rest.RESTDeleteStrategy  = networkStrategy{}
+	_ rest.ResetFieldsStrategy = networkStrategy{}
+
+	_ rest.RESTUpdateStrategy  = networkStatusStrategy{}
+	_ rest.ResetFieldsStrategy = networkStatusStrategy{}
+)
+
 // NewStrategy returns the strategy for networks.
-func NewStrategy(typer runtime.ObjectTyper) rest.RESTCreateUpdateStrategy {
+func NewStrategy(typer runtime.ObjectTyper) rest.CreateUpdateResetFieldsStrategy {
 	return networkStrategy{typer, names.SimpleNameGenerator}
 }
 
@@ -69,14 +80,16 @@ func (networkStrategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
 	n := obj.(*samplecrd.Network)
 	n.Status = samplecrd.NetworkStatus{}
 	n.Generation = 1
-	defaultSpec(&n.Spec)
+	// Defaulted here rather than in the versioned defaulters, so that admission (which runs
+	// between decoding and the strategy) can still tell a gateway the user chose from none.
+	samplecrd.SetDefaultGateway(&n.Spec)
 }
 
 // PrepareForUpdate keeps the stored status and bumps the generation when the spec changes.
 func (networkStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	n, o := obj.(*samplecrd.Network), old.(*samplecrd.Network)
 	n.Status = o.Status
-	defaultSpec(&n.Spec)
+	samplecrd.SetDefaultGateway(&n.Spec)
 	if !apiequality.Semantic.DeepEqual(n.Spec, o.Spec) {
 		n.Generation = o.Generation + 1
 		// The nodes have not seen the new spec yet: Ready turns False until they have.
@@ -84,19 +97,12 @@ func (networkStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Obje
 	}
 }
 
-// defaultSpec defaults the gateway here rather than in the versioned defaulters, so that admission
-// (which runs between decoding and the strategy) can still tell a gateway the user chose from none.
-func defaultSpec(spec *samplecrd.NetworkSpec) {
-	if spec.Gateway == "" {
-		spec.Gateway = samplecrd.DefaultGateway(spec.CIDR)
-	}
-}
-
 func (networkStrategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
 	n := obj.(*samplecrd.Network)
 	errs := validation.ValidateNetwork(n)
 	if n.ResourceVersion != "" {
-		// The server assigns it; etcd would refuse the write with a 500 otherwise.
+		// The server assigns it; etcd would refuse the write with a 500 otherwise. Every create
+		// (POST, dry run, server-side apply) is validated here, the allocating store never sees one.
 		errs = append(errs, field.Forbidden(field.NewPath("metadata", "resourceVersion"), "must not be set when creating a Network"))
 	}
 	return errs
@@ -121,7 +127,7 @@ type networkStatusStrategy struct {
 }
 
 // NewStatusStrategy returns the strategy for networks/status.
-func NewStatusStrategy(typer runtime.ObjectTyper) rest.RESTUpdateStrategy {
+func NewStatusStrategy(typer runtime.ObjectTyper) rest.UpdateResetFieldsStrategy {
 	return networkStatusStrategy{networkStrategy{typer, names.SimpleNameGenerator}}
 }
 

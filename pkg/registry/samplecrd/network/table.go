@@ -8,13 +8,16 @@ import (
 	metatable "k8s.io/apimachinery/pkg/api/meta/table"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
 
-// tableConvertor prints Networks for `kubectl get`: NAME, CIDR, GATEWAY, READY, AGE, and with
+// TableConvertor prints Networks for `kubectl get`: NAME, CIDR, GATEWAY, READY, AGE, and with
 // -o wide the Ready reason and the observed generation.
-type tableConvertor struct{}
+type TableConvertor struct{}
+
+var _ rest.TableConvertor = TableConvertor{}
 
 var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: "Name of the Network."},
@@ -26,7 +29,7 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Observed", Type: "integer", Priority: 1, Description: "Generation the status was computed for."},
 }
 
-func (tableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+func (TableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
 	table := &metav1.Table{}
 	if opts, ok := tableOptions.(*metav1.TableOptions); !ok || !opts.NoHeaders {
 		table.ColumnDefinitions = columns

@@ -26,7 +26,7 @@ func tableNetwork(name, cidr, gateway string, conditions ...metav1.Condition) sa
 }
 
 func TestTableColumns(t *testing.T) {
-	table, err := tableConvertor{}.ConvertToTable(context.Background(), &samplecrd.NetworkList{}, nil)
+	table, err := TableConvertor{}.ConvertToTable(context.Background(), &samplecrd.NetworkList{}, nil)
 	if err != nil {
 		t.Fatalf("ConvertToTable: %v", err)
 	}
@@ -94,7 +94,7 @@ func TestTableRowsForNetwork(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			n := tableNetwork("net1", "10.0.0.0/24", "10.0.0.1", tc.conditions...)
-			table, err := tableConvertor{}.ConvertToTable(context.Background(), &n, &metav1.TableOptions{})
+			table, err := TableConvertor{}.ConvertToTable(context.Background(), &n, &metav1.TableOptions{})
 			if err != nil {
 				t.Fatalf("ConvertToTable: %v", err)
 			}
@@ -120,7 +120,7 @@ func TestTableRowsForNetwork(t *testing.T) {
 func TestTableAgeUnknownWithoutCreationTimestamp(t *testing.T) {
 	n := tableNetwork("net1", "10.0.0.0/24", "10.0.0.1")
 	n.CreationTimestamp = metav1.Time{}
-	table, err := tableConvertor{}.ConvertToTable(context.Background(), &n, nil)
+	table, err := TableConvertor{}.ConvertToTable(context.Background(), &n, nil)
 	if err != nil {
 		t.Fatalf("ConvertToTable: %v", err)
 	}
@@ -137,7 +137,7 @@ func TestTableRowsForNetworkList(t *testing.T) {
 			tableNetwork("green", "fd00:1::/64", "fd00:1::1"),
 		},
 	}
-	table, err := tableConvertor{}.ConvertToTable(context.Background(), list, &metav1.TableOptions{})
+	table, err := TableConvertor{}.ConvertToTable(context.Background(), list, &metav1.TableOptions{})
 	if err != nil {
 		t.Fatalf("ConvertToTable: %v", err)
 	}
@@ -173,7 +173,7 @@ func TestTableNoHeaders(t *testing.T) {
 		"not a TableOptions": &metav1.GetOptions{},
 	} {
 		t.Run(name, func(t *testing.T) {
-			table, err := tableConvertor{}.ConvertToTable(context.Background(), &n, opts)
+			table, err := TableConvertor{}.ConvertToTable(context.Background(), &n, opts)
 			if err != nil {
 				t.Fatalf("ConvertToTable: %v", err)
 			}
@@ -189,7 +189,7 @@ func TestTableNoHeaders(t *testing.T) {
 }
 
 func TestTableRejectsOtherObjects(t *testing.T) {
-	_, err := tableConvertor{}.ConvertToTable(context.Background(), &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, nil)
+	_, err := TableConvertor{}.ConvertToTable(context.Background(), &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, nil)
 	if err == nil {
 		t.Error("ConvertToTable(PartialObjectMetadata) succeeded, want an error")
 	}

@@ -27,14 +27,6 @@ func familyOf(a netip.Addr) string {
 
 func addrHex(a netip.Addr) string { return hex.EncodeToString(a.AsSlice()) }
 
-func addrFromHex(s string) (netip.Addr, bool) {
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return netip.AddrFromSlice(b)
-}
-
 // lastAddr is the highest address of a prefix.
 var lastAddr = samplecrd.LastAddress
 

@@ -1,4 +1,7 @@
-package network
+// Package repair verifies the allocation invariant (each allocation is one stored Network's, each
+// stored Network has one, no two of a scope overlap) from what etcd holds at one revision, reports
+// every violation in the log and in metrics, and fixes what is safe to fix.
+package repair
 
 import (
 	"cmp"
@@ -7,19 +10,42 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
-	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"k8s.io/apiserver/pkg/storage/value"
-	"k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 )
+
+// DecodeFunc decodes a Network as the storage wrote it to etcd.
+type DecodeFunc func(ctx context.Context, kv *mvccpb.KeyValue) (*samplecrd.Network, error)
+
+// Repair verifies the allocations of allocator against the Networks stored under networksPrefix.
+type Repair struct {
+	allocator      allocator.RepairInterface
+	scoping        allocator.Scoping
+	networksPrefix string
+	decode         DecodeFunc
+}
+
+// New returns the repair of the allocations alloc holds for the Networks whose etcd keys start
+// with networksPrefix, which decode reads; scoping says what each Network allocates.
+func New(alloc allocator.RepairInterface, scoping allocator.Scoping, networksPrefix string, decode DecodeFunc) *Repair {
+	return &Repair{allocator: alloc, scoping: scoping, networksPrefix: networksPrefix, decode: decode}
+}
+
+// Run verifies every interval until ctx is done, starting now.
+func (r *Repair) Run(ctx context.Context, interval time.Duration) {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if _, err := r.Verify(ctx); err != nil {
+			klog.ErrorS(err, "Verifying network allocations failed")
+		}
+	}, interval)
+}
 
 // Kinds of violations of the allocation invariant, as the verifier reports them.
 const (
@@ -34,28 +60,6 @@ const (
 	ViolationMismatch = "mismatch"
 	// ViolationInvalid: a stored Network without a canonical prefix, or an undecodable one.
 	ViolationInvalid = "invalid"
-)
-
-var (
-	violations = metrics.NewGaugeVec(&metrics.GaugeOpts{
-		Subsystem:      "network_allocation",
-		Name:           "violations",
-		Help:           "Violations of the allocation invariant the last verification found, by kind (overlap, orphan, missing, mismatch, invalid).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"kind"})
-	repairs = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem:      "network_allocation",
-		Name:           "repairs_total",
-		Help:           "Allocations the verifier fixed, by action (restored, rewritten, removed).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"action"})
-	verifications = metrics.NewCounterVec(&metrics.CounterOpts{
-		Subsystem:      "network_allocation",
-		Name:           "verifications_total",
-		Help:           "Verifications of the allocation invariant, by result (ok, violations, error).",
-		StabilityLevel: metrics.ALPHA,
-	}, []string{"result"})
-	registerVerifierMetrics sync.Once
 )
 
 // Violation is one break of the invariant: each allocation key is the allocation of one stored
@@ -100,9 +104,9 @@ type etcdNetwork struct {
 // (if nothing overlaps it), rewrites a Network's key that holds another owner, and removes
 // allocations no Network owns — each in a transaction guarded by the revisions it read, so a
 // concurrent create or delete is never undone. Overlapping Networks are only reported.
-func (a *Allocations) Verify(ctx context.Context) (Verification, error) {
-	registerVerifierMetrics.Do(func() { legacyregistry.MustRegister(violations, repairs, verifications) })
-	v, err := a.verify(ctx)
+func (r *Repair) Verify(ctx context.Context) (Verification, error) {
+	registerMetrics()
+	v, err := r.verify(ctx)
 	result := "ok"
 	switch {
 	case err != nil:
@@ -123,20 +127,16 @@ func (a *Allocations) Verify(ctx context.Context) (Verification, error) {
 	return v, nil
 }
 
-func (a *Allocations) verify(ctx context.Context) (Verification, error) {
-	s := a.store
-	if s == nil {
-		return Verification{}, errors.New("the allocating storage is not set up")
-	}
+func (r *Repair) verify(ctx context.Context) (Verification, error) {
 	for {
-		stored, rev, err := a.Allocator.List(ctx, 0)
+		stored, rev, err := r.allocator.List(ctx, 0)
 		if err != nil {
 			return Verification{}, err
 		}
 		var networks []etcdNetwork
 		var v Verification
-		_, err = a.Allocator.Scan(ctx, s.pathPrefix+strings.Trim(s.resourcePrefix, "/")+"/", rev, func(kv *mvccpb.KeyValue) error {
-			n, err := s.decodeStored(ctx, kv)
+		_, err = r.allocator.Scan(ctx, r.networksPrefix, rev, func(kv *mvccpb.KeyValue) error {
+			n, err := r.decode(ctx, kv)
 			if err != nil {
 				v.Violations = append(v.Violations, Violation{Kind: ViolationInvalid, Detail: fmt.Sprintf("%s cannot be decoded: %v", kv.Key, err)})
 				return nil
@@ -151,28 +151,12 @@ func (a *Allocations) verify(ctx context.Context) (Verification, error) {
 			return Verification{}, err
 		}
 		v.Revision, v.Networks = rev, len(networks)
-		a.check(ctx, &v, stored, networks)
+		r.check(ctx, &v, stored, networks)
 		return v, nil
 	}
 }
 
-func (s *allocatingStore) decodeStored(ctx context.Context, kv *mvccpb.KeyValue) (*samplecrd.Network, error) {
-	data, _, err := s.transformer.TransformFromStorage(ctx, kv.Value, value.DefaultContext(kv.Key))
-	if err != nil {
-		return nil, err
-	}
-	obj := s.newFunc()
-	if err := s.decoder.Decode(data, obj, kv.ModRevision); err != nil {
-		return nil, err
-	}
-	n, ok := obj.(*samplecrd.Network)
-	if !ok {
-		return nil, fmt.Errorf("decoded a %T", obj)
-	}
-	return n, nil
-}
-
-func (a *Allocations) check(ctx context.Context, v *Verification, stored []allocator.Stored, networks []etcdNetwork) {
+func (r *Repair) check(ctx context.Context, v *Verification, stored []allocator.Stored, networks []etcdNetwork) {
 	byKey := make(map[string]allocator.Stored, len(stored))
 	for _, st := range stored {
 		byKey[st.Key] = st
@@ -188,17 +172,17 @@ func (a *Allocations) check(ctx context.Context, v *Verification, stored []alloc
 	var valid []etcdNetwork
 	for _, sn := range networks {
 		n := sn.network
-		al, ok := a.allocationOf(n)
+		al, ok := r.scoping.AllocationOf(n)
 		if !ok {
 			report(ViolationInvalid, false, "network %s/%s (uid %s) has no canonical prefix: %q", n.Namespace, n.Name, n.UID, n.Spec.CIDR)
 			continue
 		}
 		valid = append(valid, sn)
-		key := a.Allocator.Key(al.Scope, al.Prefix)
+		key := r.allocator.Key(al.Scope, al.Prefix)
 		st, ok := byKey[key]
 		switch {
 		case !ok:
-			err := a.Allocator.Restore(ctx, sn.key, sn.createRevision, al)
+			err := r.allocator.Restore(ctx, sn.key, sn.createRevision, al)
 			if err == nil {
 				repairs.WithLabelValues("restored").Inc()
 			}
@@ -209,7 +193,7 @@ func (a *Allocations) check(ctx context.Context, v *Verification, stored []alloc
 			// The key holds another stored Network's allocation: the two overlap (reported below).
 			owned[key] = true
 		default:
-			fixed, err := a.Allocator.Rewrite(ctx, key, st.ModRevision, sn.key, sn.createRevision, al)
+			fixed, err := r.allocator.Rewrite(ctx, key, st.ModRevision, sn.key, sn.createRevision, al)
 			if fixed {
 				repairs.WithLabelValues("rewritten").Inc()
 				owned[key] = true
@@ -221,13 +205,13 @@ func (a *Allocations) check(ctx context.Context, v *Verification, stored []alloc
 		if owned[st.Key] {
 			continue
 		}
-		fixed, err := a.Allocator.Remove(ctx, st.Key, st.ModRevision)
+		fixed, err := r.allocator.Remove(ctx, st.Key, st.ModRevision)
 		if fixed {
 			repairs.WithLabelValues("removed").Inc()
 		}
 		report(ViolationOrphan, fixed, "allocation %s (%s) belongs to no stored network%s", st.Key, describe(st), outcome(err))
 	}
-	for _, pair := range overlappingPairs(a, valid) {
+	for _, pair := range overlappingPairs(r.scoping, valid) {
 		report(ViolationOverlap, false, "networks %s and %s overlap", pair[0], pair[1])
 	}
 }
@@ -249,7 +233,7 @@ func describe(st allocator.Stored) string {
 // overlappingPairs lists every pair of Networks of one scope whose prefixes overlap. Prefixes
 // are nested or disjoint, so after sorting by start address (longer prefixes first) a Network
 // overlaps exactly the earlier ones whose range still covers its start.
-func overlappingPairs(a *Allocations, networks []etcdNetwork) [][2]string {
+func overlappingPairs(scoping allocator.Scoping, networks []etcdNetwork) [][2]string {
 	type entry struct {
 		scope  string
 		prefix netip.Prefix
@@ -257,7 +241,7 @@ func overlappingPairs(a *Allocations, networks []etcdNetwork) [][2]string {
 	}
 	var entries []entry
 	for _, sn := range networks {
-		al, _ := a.allocationOf(sn.network)
+		al, _ := scoping.AllocationOf(sn.network)
 		entries = append(entries, entry{al.Scope, al.Prefix, fmt.Sprintf("%s (%s, uid %s)", al.Owner, al.Prefix, al.Owner.UID)})
 	}
 	slices.SortFunc(entries, func(x, y entry) int {

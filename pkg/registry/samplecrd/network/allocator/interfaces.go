@@ -1,0 +1,35 @@
+package allocator
+
+import (
+	"context"
+	"net/netip"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// Interface is what the Network storage needs of the allocator: to create and delete a Network
+// together with its allocation, to check an allocation without writing it (dry runs), and to
+// pick a free prefix for spec.prefixLength.
+type Interface interface {
+	Create(ctx context.Context, objKey, objValue string, al Allocation) (int64, error)
+	Delete(ctx context.Context, objKey string, modRevision int64, al *Allocation) (bool, int64, error)
+	Get(ctx context.Context, key string) (*mvccpb.KeyValue, error)
+	Check(ctx context.Context, al Allocation) error
+	Pick(ctx context.Context, scope string, pool netip.Prefix, bits, attempt int) (netip.Prefix, error)
+}
+
+// RepairInterface is what the repair needs of the allocator: to read the allocations and the
+// Networks at one revision, and to fix an allocation in a transaction guarded by what it read.
+type RepairInterface interface {
+	List(ctx context.Context, rev int64) ([]Stored, int64, error)
+	Scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error)
+	Key(scope string, p netip.Prefix) string
+	Restore(ctx context.Context, objKey string, objCreateRevision int64, al Allocation) error
+	Rewrite(ctx context.Context, key string, keyModRevision int64, objKey string, objCreateRevision int64, al Allocation) (bool, error)
+	Remove(ctx context.Context, key string, modRevision int64) (bool, error)
+}
+
+var (
+	_ Interface       = &Allocator{}
+	_ RepairInterface = &Allocator{}
+)

@@ -1,0 +1,129 @@
+package repair
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
+)
+
+// fakeAllocations holds allocations and Networks in memory, and records the repairs asked of it.
+type fakeAllocations struct {
+	stored   []allocator.Stored
+	kvs      []*mvccpb.KeyValue
+	scanned  []string // the prefixes Scan was asked for
+	restored []string
+	rewrote  []string
+	removed  []string
+}
+
+var _ allocator.RepairInterface = &fakeAllocations{}
+
+func (f *fakeAllocations) List(context.Context, int64) ([]allocator.Stored, int64, error) {
+	return f.stored, 7, nil
+}
+
+func (f *fakeAllocations) Scan(_ context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+	f.scanned = append(f.scanned, prefix)
+	for _, kv := range f.kvs {
+		if strings.HasPrefix(string(kv.Key), prefix) {
+			if err := fn(kv); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return rev, nil
+}
+
+func (f *fakeAllocations) Key(scope string, p netip.Prefix) string {
+	return "/alloc/" + scope + "/" + p.String()
+}
+
+func (f *fakeAllocations) Restore(_ context.Context, objKey string, _ int64, _ allocator.Allocation) error {
+	f.restored = append(f.restored, objKey)
+	return nil
+}
+
+func (f *fakeAllocations) Rewrite(_ context.Context, key string, _ int64, _ string, _ int64, _ allocator.Allocation) (bool, error) {
+	f.rewrote = append(f.rewrote, key)
+	return true, nil
+}
+
+func (f *fakeAllocations) Remove(_ context.Context, key string, _ int64) (bool, error) {
+	f.removed = append(f.removed, key)
+	return true, nil
+}
+
+// stores adds a Network as JSON under /networks/default/<name>; decodeJSON reads it back.
+func (f *fakeAllocations) stores(t *testing.T, name, uid, cidr string) {
+	n := samplecrd.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + uid)}, Spec: samplecrd.NetworkSpec{CIDR: cidr}}
+	data, err := json.Marshal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.kvs = append(f.kvs, &mvccpb.KeyValue{Key: []byte("/networks/default/" + name), Value: data, CreateRevision: 1, ModRevision: 1})
+}
+
+func decodeJSON(_ context.Context, kv *mvccpb.KeyValue) (*samplecrd.Network, error) {
+	n := &samplecrd.Network{}
+	return n, json.Unmarshal(kv.Value, n)
+}
+
+func allocation(name, uid, cidr string) allocator.Stored {
+	p := netip.MustParsePrefix(cidr)
+	return allocator.Stored{
+		Allocation: allocator.Allocation{Scope: allocator.ClusterScope, Prefix: p, Owner: allocator.Owner{Namespace: "default", Name: name, UID: "uid-" + uid}},
+		Key:        "/alloc/" + allocator.ClusterScope + "/" + p.String(),
+	}
+}
+
+// The repair reads the Networks under the key prefix it is given, with the decoder it is given,
+// and reports and fixes each kind of violation.
+func TestVerifyWithExplicitInputs(t *testing.T) {
+	f := &fakeAllocations{}
+	f.stores(t, "ok", "ok", "10.0.0.0/24")
+	f.stores(t, "missing", "missing", "10.1.0.0/24")
+	f.stores(t, "renamed", "renamed", "10.2.0.0/24")
+	f.stores(t, "wide", "wide", "10.3.0.0/16")
+	f.stores(t, "narrow", "narrow", "10.3.1.0/24")
+	f.stores(t, "bad", "bad", "10.4.0.1/24")
+	f.kvs = append(f.kvs, &mvccpb.KeyValue{Key: []byte("/networks/default/garbage"), Value: []byte("{")},
+		&mvccpb.KeyValue{Key: []byte("/elsewhere/x"), Value: []byte("{")})
+	f.stored = []allocator.Stored{
+		allocation("ok", "ok", "10.0.0.0/24"),
+		allocation("renamed", "old-uid", "10.2.0.0/24"),
+		allocation("wide", "wide", "10.3.0.0/16"),
+		allocation("narrow", "narrow", "10.3.1.0/24"),
+		allocation("gone", "gone", "10.9.0.0/24"),
+	}
+
+	v, err := New(f, allocator.Scoping{}, "/networks/", decodeJSON).Verify(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.scanned, []string{"/networks/"}) {
+		t.Errorf("scanned %v, want the given prefix /networks/ only", f.scanned)
+	}
+	if v.Revision != 7 || v.Networks != 6 {
+		t.Errorf("revision %d with %d networks, want 7 and 6", v.Revision, v.Networks)
+	}
+	for kind, want := range map[string]int{ViolationMissing: 1, ViolationMismatch: 1, ViolationOrphan: 1, ViolationOverlap: 1, ViolationInvalid: 2} {
+		if got := v.Count(kind); got != want {
+			t.Errorf("%d %s violations, want %d: %+v", got, kind, want, v.Violations)
+		}
+	}
+	if !slices.Equal(f.restored, []string{"/networks/default/missing"}) ||
+		!slices.Equal(f.rewrote, []string{"/alloc/_cluster/10.2.0.0/24"}) ||
+		!slices.Equal(f.removed, []string{"/alloc/_cluster/10.9.0.0/24"}) {
+		t.Errorf("restored %v, rewrote %v, removed %v; want the missing, the renamed and the gone one's", f.restored, f.rewrote, f.removed)
+	}
+}

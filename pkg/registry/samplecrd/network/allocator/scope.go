@@ -1,0 +1,39 @@
+package allocator
+
+import (
+	"net/netip"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+)
+
+// ClusterScope is the scope of allocations when overlap is forbidden across all namespaces.
+// Namespace names cannot start with "_", so it never collides with a namespace scope.
+const ClusterScope = "_cluster"
+
+// Scoping says which Networks must not overlap one another, and so what each one allocates.
+type Scoping struct {
+	// PerNamespace limits the guarantee to Networks of the same namespace.
+	PerNamespace bool
+}
+
+// Scope is the scope of the allocations of the Networks of namespace.
+func (s Scoping) Scope(namespace string) string {
+	if s.PerNamespace {
+		return namespace
+	}
+	return ClusterScope
+}
+
+// AllocationOf is the allocation n needs; false when its cidr is not a canonical prefix
+// (validation rejects such Networks, so only data written around the API can have one).
+func (s Scoping) AllocationOf(n *samplecrd.Network) (Allocation, bool) {
+	p, err := netip.ParsePrefix(n.Spec.CIDR)
+	if err != nil || p.Masked() != p {
+		return Allocation{}, false
+	}
+	return Allocation{
+		Scope:  s.Scope(n.Namespace),
+		Prefix: p,
+		Owner:  Owner{Namespace: n.Namespace, Name: n.Name, UID: string(n.UID)},
+	}, true
+}

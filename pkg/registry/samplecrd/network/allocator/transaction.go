@@ -1,0 +1,171 @@
+package allocator
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// revisions is a bounded map of allocation keys to the ModRevision and prefix last seen there,
+// safe for concurrent use.
+type revisions struct {
+	mu sync.Mutex
+	m  map[string]seenAt
+}
+
+type seenAt struct {
+	rev    int64
+	prefix netip.Prefix
+}
+
+// maxSeen bounds the revisions remembered; past it the map starts again empty.
+const maxSeen = 1 << 16
+
+// guess returns the ModRevision to guard key with for a write of p: the one last seen there if
+// what was there does not overlap p, else 0 ("absent"), which fails if it is still there and so
+// makes the transaction read the truth. A ModRevision guard must never stand for an allocation
+// that overlaps p: it would let the write through.
+func (r *revisions) guess(key string, p netip.Prefix) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if at, ok := r.m[key]; ok && !at.prefix.Overlaps(p) {
+		return at.rev
+	}
+	return 0
+}
+
+func (r *revisions) set(key string, rev int64, p netip.Prefix) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil || len(r.m) >= maxSeen {
+		r.m = make(map[string]seenAt)
+	}
+	if rev == 0 {
+		delete(r.m, key)
+		return
+	}
+	r.m[key] = seenAt{rev: rev, prefix: p}
+}
+
+// span is what a write of an allocation must be guarded by.
+type span struct {
+	key, end string
+	// containers are the keys at which an allocation containing the prefix (and starting below
+	// it) would be stored.
+	containers []string
+}
+
+// spanOf returns the guard keys of p in scope: the range of keys starting inside p (its own
+// key first), and one key per distinct start address of p's shorter prefixes (at most 31 for
+// IPv4 and 127 for IPv6; etcd's default --max-txn-ops is 128 per list, and Networks are at most
+// /126, so every guard fits).
+func (a *Allocator) spanOf(scope string, p netip.Prefix) span {
+	p = p.Masked()
+	s := span{key: a.Key(scope, p), end: a.familyPrefix(scope, p) + addrHex(lastAddr(p)) + "\x00"}
+	prev := p.Addr()
+	for bits := p.Bits() - 1; bits >= 0; bits-- {
+		q, _ := p.Addr().Prefix(bits)
+		if q.Addr() != prev {
+			s.containers = append(s.containers, a.Key(scope, q))
+			prev = q.Addr()
+		}
+	}
+	return s
+}
+
+// reads are the reads that tell whether p is free: the first key inside it and the containers.
+func (s span) reads() []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpGet(s.key, clientv3.WithRange(s.end), clientv3.WithLimit(1))}
+	for _, k := range s.containers {
+		ops = append(ops, clientv3.OpGet(k))
+	}
+	return ops
+}
+
+// conflict returns the overlap the reads of s show for al, or, when nothing overlaps, the
+// ModRevision each container key had (0: absent) and the prefix stored there.
+func (a *Allocator) conflict(al Allocation, s span, rs []*etcdserverpb.ResponseOp) ([]int64, []netip.Prefix, error) {
+	if inside := rs[0].GetResponseRange().Kvs; len(inside) > 0 {
+		return nil, nil, a.overlapWith(al, inside[0])
+	}
+	revs := make([]int64, len(s.containers))
+	prefixes := make([]netip.Prefix, len(s.containers))
+	for i := range s.containers {
+		kvs := rs[i+1].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue
+		}
+		// A shorter prefix's start can hold a small allocation beside p (10.1.0.0/24 next to
+		// 10.1.2.0/24); only one that contains p is a conflict.
+		_, other, err := decode(kvs[0].Value)
+		if err != nil {
+			return nil, nil, fmt.Errorf("allocation %s is corrupt: %w", kvs[0].Key, err)
+		}
+		if other.Overlaps(al.Prefix) {
+			return nil, nil, a.overlapWith(al, kvs[0])
+		}
+		revs[i], prefixes[i] = kvs[0].ModRevision, other
+	}
+	return revs, prefixes, nil
+}
+
+func (a *Allocator) overlapWith(al Allocation, kv *mvccpb.KeyValue) error {
+	r, p, err := decode(kv.Value)
+	if err != nil {
+		return fmt.Errorf("allocation %s, which overlaps %s, is corrupt: %w", kv.Key, al.Prefix, err)
+	}
+	al.Prefix = al.Prefix.Masked()
+	return &OverlapError{Allocation: al, Other: Allocation{Scope: al.Scope, Prefix: p, Owner: r.Owner}}
+}
+
+// guardedWrite commits ops together with al's allocation in one transaction that holds only if
+// nothing overlapping al is stored and the caller's compares hold. When the transaction fails,
+// its else branch returns the caller's probes and the guard's reads at the same revision: check
+// turns the probes into the caller's error, the reads tell an overlap from an allocation beside
+// al (the next attempt is then guarded by exactly what was read). The first attempt guesses the
+// container keys from what this allocator last saw of them (absent when it saw nothing), which
+// is right almost always and then costs one round trip in all.
+func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
+	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
+	s := a.spanOf(al.Scope, al.Prefix)
+	ops = append(ops, clientv3.OpPut(s.key, Value(al)))
+	elseOps := append(append([]clientv3.Op(nil), probes...), s.reads()...)
+	revs := make([]int64, len(s.containers))
+	for i, k := range s.containers {
+		revs[i] = a.seen.guess(k, al.Prefix)
+	}
+	for range maxAttempts {
+		guards := append(append([]clientv3.Cmp(nil), cmps...), clientv3.Compare(clientv3.Version(s.key).WithRange(s.end), "=", 0))
+		for i, k := range s.containers {
+			if revs[i] == 0 {
+				guards = append(guards, clientv3.Compare(clientv3.Version(k), "=", 0))
+			} else {
+				guards = append(guards, clientv3.Compare(clientv3.ModRevision(k), "=", revs[i]))
+			}
+		}
+		resp, err := a.client.Txn(ctx).If(guards...).Then(ops...).Else(elseOps...).Commit()
+		if err != nil {
+			return 0, err
+		}
+		if resp.Succeeded {
+			a.seen.set(s.key, resp.Header.Revision, al.Prefix)
+			return resp.Header.Revision, nil
+		}
+		if err := check(resp.Responses[:len(probes)]); err != nil {
+			return 0, err
+		}
+		var found []netip.Prefix
+		if revs, found, err = a.conflict(al, s, resp.Responses[len(probes):]); err != nil {
+			return 0, err
+		}
+		for i, k := range s.containers {
+			a.seen.set(k, revs[i], found[i])
+		}
+	}
+	return 0, fmt.Errorf("writing the allocation of %s: gave up after %d attempts lost to concurrent writes beside it", al.Prefix, maxAttempts)
+}

@@ -1,0 +1,101 @@
+package storage
+
+import (
+	"context"
+	"path"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/etcd3"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/value"
+	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+)
+
+// EtcdCodec addresses, encodes and decodes Networks exactly as the etcd3 store does, so that the
+// allocating store, the etcd3 store beneath it and the repair read and write the same keys and
+// values.
+type EtcdCodec struct {
+	pathPrefix     string
+	resourcePrefix string
+	codec          runtime.Codec
+	transformer    value.Transformer
+	decoder        etcd3.Decoder
+	versioner      storage.Versioner
+}
+
+func newEtcdCodec(config *storagebackend.ConfigForResource, resourcePrefix string) *EtcdCodec {
+	pathPrefix := path.Join("/", config.Prefix)
+	if !strings.HasSuffix(pathPrefix, "/") {
+		pathPrefix += "/"
+	}
+	transformer := config.Transformer
+	if transformer == nil {
+		transformer = identity.NewEncryptCheckTransformer()
+	}
+	versioner := storage.APIObjectVersioner{}
+	return &EtcdCodec{
+		pathPrefix:     pathPrefix,
+		resourcePrefix: resourcePrefix,
+		codec:          config.Codec,
+		transformer:    transformer,
+		decoder:        etcd3.NewDefaultDecoder(config.Codec, versioner),
+		versioner:      versioner,
+	}
+}
+
+// KeyPrefix is where the etcd keys of all Networks start.
+func (c *EtcdCodec) KeyPrefix() string {
+	return c.pathPrefix + strings.Trim(c.resourcePrefix, "/") + "/"
+}
+
+// key is the etcd key of a storage key.
+func (c *EtcdCodec) key(key string) (string, error) {
+	key, err := storage.PrepareKey(c.resourcePrefix, key, false)
+	if err != nil {
+		return "", err
+	}
+	return c.pathPrefix + strings.TrimPrefix(key, "/"), nil
+}
+
+// encode returns obj as the codec writes it, and as it is stored at etcdKey.
+func (c *EtcdCodec) encode(ctx context.Context, etcdKey string, obj runtime.Object) ([]byte, string, error) {
+	if err := c.versioner.PrepareObjectForStorage(obj); err != nil {
+		return nil, "", err
+	}
+	data, err := runtime.Encode(c.codec, obj)
+	if err != nil {
+		return nil, "", err
+	}
+	stored, err := c.transformer.TransformToStorage(ctx, data, value.DefaultContext(etcdKey))
+	if err != nil {
+		return nil, "", storage.NewInternalError(err)
+	}
+	return data, string(stored), nil
+}
+
+// read returns what the codec wrote of the object stored in kv.
+func (c *EtcdCodec) read(ctx context.Context, kv *mvccpb.KeyValue) ([]byte, error) {
+	data, _, err := c.transformer.TransformFromStorage(ctx, kv.Value, value.DefaultContext(kv.Key))
+	if err != nil {
+		return nil, storage.NewInternalError(err)
+	}
+	return data, nil
+}
+
+// Decode reads the Network stored in kv.
+func (c *EtcdCodec) Decode(ctx context.Context, kv *mvccpb.KeyValue) (*samplecrd.Network, error) {
+	data, err := c.read(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	n := &samplecrd.Network{}
+	if err := c.decoder.Decode(data, n, kv.ModRevision); err != nil {
+		return nil, err
+	}
+	return n, nil
+}

@@ -1,0 +1,224 @@
+// Package storage is the storage of Networks: the REST of networks and networks/status on the
+// generic store, around an allocating storage that writes each Network together with its
+// allocation, so that no two Networks overlap.
+package storage
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/util/dryrun"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
+)
+
+// NetworkStorage is the storage of networks and of networks/status, and how it keeps Networks
+// in etcd (for the repair, which reads them there).
+type NetworkStorage struct {
+	Network *REST
+	Status  *StatusREST
+	Etcd    *EtcdCodec
+}
+
+// REST is the storage of networks.
+type REST struct {
+	*genericregistry.Store
+	allocations *Allocations
+}
+
+// StatusREST is the storage of networks/status.
+type StatusREST struct {
+	store *genericregistry.Store
+}
+
+var (
+	_ rest.StandardStorage     = &REST{}
+	_ rest.Creater             = &REST{}
+	_ rest.Updater             = &REST{}
+	_ rest.ShortNamesProvider  = &REST{}
+	_ rest.ResetFieldsStrategy = &REST{}
+
+	_ rest.Getter              = &StatusREST{}
+	_ rest.Updater             = &StatusREST{}
+	_ rest.TableConvertor      = &StatusREST{}
+	_ rest.ResetFieldsStrategy = &StatusREST{}
+)
+
+// NewStorage returns the storage of networks and of networks/status, whose creates and deletes
+// keep the no-overlap guarantee with allocations.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, allocations *Allocations) (NetworkStorage, error) {
+	if allocations == nil {
+		return NetworkStorage{}, errors.New("the network storage needs allocations")
+	}
+	var s NetworkStorage
+	optsGetter = allocatingOptions{RESTOptionsGetter: optsGetter, allocations: allocations, built: func(c *EtcdCodec) { s.Etcd = c }}
+	strategy := network.NewStrategy(scheme)
+	store := &genericregistry.Store{
+		NewFunc:                   func() runtime.Object { return &samplecrd.Network{} },
+		NewListFunc:               func() runtime.Object { return &samplecrd.NetworkList{} },
+		PredicateFunc:             network.Match,
+		DefaultQualifiedResource:  samplecrd.Resource("networks"),
+		SingularQualifiedResource: samplecrd.Resource("network"),
+		CreateStrategy:            strategy,
+		UpdateStrategy:            strategy,
+		DeleteStrategy:            strategy,
+		ResetFieldsStrategy:       strategy,
+		TableConvertor:            network.TableConvertor{},
+	}
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: network.GetAttrs}); err != nil {
+		return NetworkStorage{}, err
+	}
+
+	statusStore := *store
+	statusStrategy := network.NewStatusStrategy(scheme)
+	statusStore.UpdateStrategy = statusStrategy
+	statusStore.ResetFieldsStrategy = statusStrategy
+	s.Network = &REST{Store: store, allocations: allocations}
+	s.Status = &StatusREST{&statusStore}
+	return s, nil
+}
+
+// ShortNames lets `kubectl get net` work.
+func (*REST) ShortNames() []string { return []string{"net"} }
+
+// Create creates a Network. One that asks for a prefix length is given a prefix before the
+// generic store runs, so that admission and validation see the prefix it is stored with.
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	n, ok := obj.(*samplecrd.Network)
+	if !ok {
+		return r.Store.Create(ctx, obj, createValidation, options)
+	}
+	// A create by generateName has no name yet here: its errors name one, as the generic store's do.
+	name := n.Name
+	if name == "" && n.GenerateName != "" {
+		name = r.CreateStrategy.GenerateName(n.GenerateName)
+	}
+	var request *samplecrd.Network
+	if n.Spec.CIDR == "" && n.Spec.PrefixLength > 0 {
+		request = n.DeepCopy() // what each pick starts again from
+	}
+	dryRun := dryrun.IsDryRun(options.DryRun)
+	return r.allocations.retry(ctx, false, func(attempt int) (runtime.Object, *samplecrd.Network, error) {
+		if attempt > 0 {
+			n = request.DeepCopy()
+		}
+		picked, err := r.allocations.prepare(ctx, n, name, attempt, dryRun)
+		if err != nil {
+			return nil, nil, err
+		}
+		out, err := r.Store.Create(ctx, n, createValidation, options)
+		if !picked {
+			return out, nil, err
+		}
+		return out, n, err
+	})
+}
+
+// Update updates a Network, or creates one (server-side apply).
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	created := false
+	out, err := r.allocations.retry(ctx, true, func(attempt int) (runtime.Object, *samplecrd.Network, error) {
+		info := &creatingObjectInfo{UpdatedObjectInfo: checkResourceVersion(objInfo), allocations: r.allocations,
+			attempt: attempt, dryRun: dryrun.IsDryRun(options.DryRun)}
+		var out runtime.Object
+		var err error
+		out, created, err = r.Store.Update(ctx, name, info, createValidation, updateValidation, forceAllowCreate, options)
+		return out, info.picked, err
+	})
+	return out, created, err
+}
+
+// creatingObjectInfo is the object an update writes. When the update creates the Network
+// (server-side apply), it does what a create allocates (prepare) before the generic store goes on.
+type creatingObjectInfo struct {
+	rest.UpdatedObjectInfo
+	allocations *Allocations
+	attempt     int
+	dryRun      bool
+	// picked is the Network whose prefix the last call picked, if it picked one.
+	picked *samplecrd.Network
+}
+
+func (i *creatingObjectInfo) UpdatedObject(ctx context.Context, oldObj runtime.Object) (runtime.Object, error) {
+	i.picked = nil
+	obj, err := i.UpdatedObjectInfo.UpdatedObject(ctx, oldObj)
+	if err != nil {
+		return obj, err
+	}
+	n, ok := obj.(*samplecrd.Network)
+	if old, isNetwork := oldObj.(*samplecrd.Network); !ok || !isNetwork || old.ResourceVersion != "" {
+		return obj, nil // an update: spec.cidr is immutable, nothing to allocate
+	}
+	picked, err := i.allocations.prepare(ctx, n, n.Name, i.attempt, i.dryRun)
+	if err != nil {
+		return nil, err
+	}
+	if picked {
+		i.picked = n
+	}
+	return obj, nil
+}
+
+// New returns an empty Network.
+func (r *StatusREST) New() runtime.Object { return &samplecrd.Network{} }
+
+// Destroy does nothing: the main storage owns the shared etcd client.
+func (r *StatusREST) Destroy() {}
+
+// Get returns the whole Network, so that clients can read status from networks/status.
+func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+// Update writes status only; the status strategy keeps the stored spec.
+func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, _ bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	// Status writes never create the object.
+	return r.store.Update(ctx, name, checkResourceVersion(objInfo), createValidation, updateValidation, false, options)
+}
+
+// GetResetFields returns the fields a status write resets, for server-side apply.
+func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+// ConvertToTable prints networks/status like networks.
+func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}
+
+// checkResourceVersion makes an update whose metadata.resourceVersion is not one the server could
+// have given a 422 naming the field, rather than the generic store's 500 on parsing it.
+func checkResourceVersion(objInfo rest.UpdatedObjectInfo) rest.UpdatedObjectInfo {
+	return resourceVersionChecker{objInfo}
+}
+
+type resourceVersionChecker struct {
+	rest.UpdatedObjectInfo
+}
+
+func (c resourceVersionChecker) UpdatedObject(ctx context.Context, oldObj runtime.Object) (runtime.Object, error) {
+	obj, err := c.UpdatedObjectInfo.UpdatedObject(ctx, oldObj)
+	if err != nil {
+		return obj, applySchemaError(err)
+	}
+	n, ok := obj.(*samplecrd.Network)
+	if !ok || n.ResourceVersion == "" {
+		return obj, nil
+	}
+	if _, err := strconv.ParseUint(n.ResourceVersion, 10, 64); err != nil {
+		return nil, invalid(n.Name, field.Invalid(field.NewPath("metadata", "resourceVersion"), n.ResourceVersion,
+			"must be a resourceVersion this server returned (a decimal number), or empty"))
+	}
+	return obj, nil
+}

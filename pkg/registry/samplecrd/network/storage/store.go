@@ -1,0 +1,187 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
+)
+
+// allocatingStore is the Network storage with the no-overlap guarantee built in. Creates and
+// deletes go straight to etcd, each as one transaction that writes or removes the Network and
+// its allocation together, so that at every etcd revision the allocations are exactly the stored
+// Networks; a create that would overlap, or whose name is taken, commits nothing. Everything
+// else (reads, watches, updates, which never change a prefix since spec.cidr is immutable) goes
+// to the generic storage underneath, the watch cache around the etcd3 store, which sees the
+// writes through its etcd watch like any other.
+type allocatingStore struct {
+	storage.Interface
+	allocator allocator.Interface
+	scoping   allocator.Scoping
+	etcd      *EtcdCodec
+}
+
+// errCreateInstead stops an update that turned out to be a create (server-side apply of a new
+// Network), so that the create goes through the allocating transaction.
+var errCreateInstead = errors.New("the update creates the object")
+
+// allocatingOptions wraps a RESTOptionsGetter so that the storage it builds is an allocatingStore
+// around the usual one. built receives the store's codec once the generic store is complete.
+type allocatingOptions struct {
+	generic.RESTOptionsGetter
+	allocations *Allocations
+	built       func(*EtcdCodec)
+}
+
+func (g allocatingOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
+	opts, err := g.RESTOptionsGetter.GetRESTOptions(resource, example)
+	if err != nil {
+		return opts, err
+	}
+	decorate := opts.Decorator
+	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
+		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs,
+		indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
+		inner, destroy, err := decorate(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
+		if err != nil {
+			return nil, destroy, err
+		}
+		codec := newEtcdCodec(config, resourcePrefix)
+		g.built(codec)
+		return &allocatingStore{Interface: inner, allocator: g.allocations.Allocator, scoping: g.allocations.Scoping, etcd: codec}, destroy, nil
+	}
+	return opts, nil
+}
+
+// Create stores obj and its allocation in one transaction. An overlap is returned as the
+// allocator's *OverlapError, which the create's retry loop (alloc.go) answers.
+func (s *allocatingStore) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
+	n, ok := obj.(*samplecrd.Network)
+	if !ok {
+		return fmt.Errorf("allocating storage got a %T, not a Network", obj)
+	}
+	if ttl != 0 {
+		return fmt.Errorf("networks have no time to live")
+	}
+	etcdKey, err := s.etcd.key(key)
+	if err != nil {
+		return err
+	}
+	al, ok := s.scoping.AllocationOf(n)
+	if !ok {
+		return invalid(n.Name, field.Invalid(field.NewPath("spec", "cidr"), n.Spec.CIDR, "must be a canonical IPv4 or IPv6 prefix"))
+	}
+	data, stored, err := s.etcd.encode(ctx, etcdKey, obj)
+	if err != nil {
+		return err
+	}
+	rev, err := s.allocator.Create(ctx, etcdKey, stored, al)
+	switch {
+	case errors.Is(err, allocator.ErrObjectExists):
+		return storage.NewKeyExistsError(etcdKey, 0)
+	case errors.As(err, new(*allocator.OverlapError)):
+		return err
+	case err != nil:
+		return storageError(err)
+	}
+	if out != nil {
+		return s.etcd.decoder.Decode(data, out, rev)
+	}
+	return nil
+}
+
+// Delete removes the object and its allocation in one transaction, after the preconditions and
+// the deletion's validation held for the object as it is in etcd.
+func (s *allocatingStore) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
+	validateDeletion storage.ValidateObjectFunc, cachedExistingObject runtime.Object, opts storage.DeleteOptions) error {
+	if opts.ExpectTransformOrDecodeError {
+		// An object that cannot be decoded has no prefix we could know: delete it alone, and let
+		// the repair remove its allocation.
+		return s.Interface.Delete(ctx, key, out, preconditions, validateDeletion, cachedExistingObject, opts)
+	}
+	etcdKey, err := s.etcd.key(key)
+	if err != nil {
+		return err
+	}
+	for {
+		kv, err := s.allocator.Get(ctx, etcdKey)
+		if err != nil {
+			return storageError(err)
+		}
+		if kv == nil {
+			return storage.NewKeyNotFoundError(etcdKey, 0)
+		}
+		data, err := s.etcd.read(ctx, kv)
+		if err != nil {
+			return err
+		}
+		current := &samplecrd.Network{}
+		if err := s.etcd.decoder.Decode(data, current, kv.ModRevision); err != nil {
+			return err
+		}
+		if err := preconditions.Check(etcdKey, current); err != nil {
+			return err
+		}
+		if err := validateDeletion(ctx, current); err != nil {
+			return err
+		}
+		var al *allocator.Allocation
+		if a, ok := s.scoping.AllocationOf(current); ok {
+			al = &a
+		}
+		deleted, rev, err := s.allocator.Delete(ctx, etcdKey, kv.ModRevision, al)
+		if err != nil {
+			return storageError(err)
+		}
+		if deleted {
+			return s.etcd.decoder.Decode(data, out, rev)
+		}
+		// Changed since it was read: check the new state.
+	}
+}
+
+// GuaranteedUpdate updates through the generic storage, except when the update creates the
+// object (server-side apply of a new Network): that create goes through Create, in one
+// transaction with its allocation. A create that finds the name taken meanwhile is answered
+// as one, and the create's retry loop (alloc.go) runs the update again.
+func (s *allocatingStore) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, cachedExistingObject runtime.Object) error {
+	if !ignoreNotFound {
+		return storageError(s.Interface.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, cachedExistingObject))
+	}
+	var created runtime.Object
+	err := s.Interface.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions,
+		func(existing runtime.Object, meta storage.ResponseMeta) (runtime.Object, *uint64, error) {
+			obj, ttl, err := tryUpdate(existing, meta)
+			if err != nil || meta.ResourceVersion != 0 {
+				return obj, ttl, err
+			}
+			created = obj
+			return nil, nil, errCreateInstead
+		}, cachedExistingObject)
+	if created == nil || !errors.Is(err, errCreateInstead) {
+		return storageError(err)
+	}
+	return s.Create(ctx, key, created, destination, 0)
+}
+
+// Get reads through the generic storage; an unreachable etcd is a 503, not a 500.
+func (s *allocatingStore) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
+	return storageError(s.Interface.Get(ctx, key, opts, objPtr))
+}
+
+// GetList lists through the generic storage; an unreachable etcd is a 503, not a 500.
+func (s *allocatingStore) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	return storageError(s.Interface.GetList(ctx, key, opts, listObj))
+}
