@@ -16,16 +16,17 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/fake"
 	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
-	"github.com/samplecrd/network-apiserver/pkg/netbackend/memory"
+	fakebackend "github.com/samplecrd/network-apiserver/pkg/netbackend/fake"
 )
 
 type fixture struct {
 	t          *testing.T
 	client     *fake.Clientset
-	backend    *memory.Backend
+	backend    *fakebackend.Backend
 	controller *Controller
 	indexer    interface {
 		Add(any) error
@@ -47,7 +48,7 @@ func newFixture(t *testing.T, networks ...*v1.Network) *fixture {
 		}
 	}
 	informer := externalversions.NewSharedInformerFactory(client, 0).Samplecrd().V1().Networks()
-	backend := memory.New()
+	backend := fakebackend.NewBackend()
 	c, err := New(client, informer, backend, Options{NodeName: "node-a", MaxRetries: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func network(name, cidr, gateway string, generation int64) *v1.Network {
 func (f *fixture) sync(key string) (string, error) {
 	f.t.Helper()
 	f.client.ClearActions()
-	return f.controller.sync(context.Background(), key)
+	return f.controller.syncHandler(context.Background(), key)
 }
 
 // statusApplies returns the status entries this node applied since the last sync.
@@ -127,10 +128,10 @@ func TestCreateThenResyncWritesNothing(t *testing.T) {
 	}
 	applied2 := false
 	for _, mf := range f.refresh("web").ManagedFields {
-		applied2 = applied2 || (mf.Manager == FieldManagerPrefix+"node-a" && mf.Operation == metav1.ManagedFieldsOperationApply)
+		applied2 = applied2 || (mf.Manager == nodestatus.FieldManagerPrefix+"node-a" && mf.Operation == metav1.ManagedFieldsOperationApply)
 	}
 	if !applied2 {
-		t.Errorf("no server-side apply by field manager %s in %+v", FieldManagerPrefix+"node-a", f.refresh("web").ManagedFields)
+		t.Errorf("no server-side apply by field manager %s in %+v", nodestatus.FieldManagerPrefix+"node-a", f.refresh("web").ManagedFields)
 	}
 
 	f.backend.ResetCounts()
@@ -276,7 +277,7 @@ func TestInterfaceNotOursIsReported(t *testing.T) {
 // closeCheckingBackend records any use of the backend, a watch included, that is still under way
 // or starts once the backend has been closed.
 type closeCheckingBackend struct {
-	*memory.Backend
+	*fakebackend.Backend
 	mu       sync.Mutex
 	inUse    int
 	closed   bool
@@ -315,11 +316,11 @@ func (b *closeCheckingBackend) Observe(ctx context.Context, key string) (*netbac
 	return b.Backend.Observe(ctx, key)
 }
 
-func (b *closeCheckingBackend) Ensure(ctx context.Context, d netbackend.Desired) ([]string, error) {
+func (b *closeCheckingBackend) Ensure(ctx context.Context, d netbackend.Desired) ([]string, netbackend.Outcome, error) {
 	defer b.enter("Ensure")()
-	changes, err := b.Backend.Ensure(ctx, d)
+	changes, outcome, err := b.Backend.Ensure(ctx, d)
 	b.once.Do(func() { close(b.realised) })
-	return changes, err
+	return changes, outcome, err
 }
 
 func (b *closeCheckingBackend) List(ctx context.Context) ([]string, error) {
@@ -345,7 +346,7 @@ func (b *closeCheckingBackend) Watch(ctx context.Context, notify func(string)) e
 func TestRunWaitsForItsGoroutinesBeforeReturning(t *testing.T) {
 	client := fake.NewClientset(network("net-a", "10.0.0.0/24", "10.0.0.1", 1))
 	factory := externalversions.NewSharedInformerFactory(client, 0)
-	backend := &closeCheckingBackend{Backend: memory.New(), realised: make(chan struct{}), closedCh: make(chan struct{})}
+	backend := &closeCheckingBackend{Backend: fakebackend.NewBackend(), realised: make(chan struct{}), closedCh: make(chan struct{})}
 	c, err := New(client, factory.Samplecrd().V1().Networks(), backend, Options{NodeName: "node-a"})
 	if err != nil {
 		t.Fatal(err)
@@ -391,8 +392,8 @@ func TestFinalizerProtectsNetworksInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := f.refresh("web")
-	if !slices.Contains(n.Finalizers, ProtectionFinalizer) {
-		t.Fatalf("finalizers %v, want %s", n.Finalizers, ProtectionFinalizer)
+	if !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
+		t.Fatalf("finalizers %v, want %s", n.Finalizers, nodestatus.ProtectionFinalizer)
 	}
 
 	// Two pods attach: the node's entry counts them.
@@ -421,7 +422,7 @@ func TestFinalizerProtectsNetworksInUse(t *testing.T) {
 	if len(applied) != 1 || applied[0].Ready || applied[0].Reason != ReasonTerminating || applied[0].Attachments != 2 {
 		t.Fatalf("status while deletion waits: %+v", applied)
 	}
-	if n := f.refresh("web"); !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
 		t.Fatalf("finalizer removed with pods attached: %v", n.Finalizers)
 	}
 
@@ -438,7 +439,7 @@ func TestFinalizerProtectsNetworksInUse(t *testing.T) {
 	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
 		t.Fatalf("sync with pods on another node: %s, %v", result, err)
 	}
-	if n := f.refresh("web"); !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
 		t.Fatalf("finalizer removed while node-b reports a pod: %v", n.Finalizers)
 	}
 
@@ -458,25 +459,25 @@ func TestFinalizerProtectsNetworksInUse(t *testing.T) {
 	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
 		t.Fatalf("sync with no pods anywhere: %s, %v", result, err)
 	}
-	if n := f.refresh("web"); slices.Contains(n.Finalizers, ProtectionFinalizer) {
+	if n := f.refresh("web"); slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
 		t.Fatalf("finalizer kept with no pods attached anywhere: %v", n.Finalizers)
 	}
 }
 
-// adoptingBackend is the memory backend reporting the change the linux backend makes when it
+// adoptingBackend is the fake backend reporting the change the linux backend makes when it
 // adopts a bridge the CNI plugin made.
 type adoptingBackend struct {
-	*memory.Backend
+	*fakebackend.Backend
 	adopted bool
 }
 
-func (b *adoptingBackend) Ensure(ctx context.Context, d netbackend.Desired) ([]string, error) {
-	changes, err := b.Backend.Ensure(ctx, d)
+func (b *adoptingBackend) Ensure(ctx context.Context, d netbackend.Desired) ([]string, netbackend.Outcome, error) {
+	changes, outcome, err := b.Backend.Ensure(ctx, d)
 	if !b.adopted {
 		b.adopted = true
 		changes = append([]string{netbackend.AdoptedPrefix + netbackend.BridgeName(d.Key) + ": marked"}, changes...)
 	}
-	return changes, err
+	return changes, outcome, err
 }
 
 func TestAdoptionIsAnEvent(t *testing.T) {
@@ -487,12 +488,12 @@ func TestAdoptionIsAnEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	recorder := record.NewFakeRecorder(10)
-	c, err := New(client, informer, &adoptingBackend{Backend: memory.New()}, Options{NodeName: "node-a", Recorder: recorder})
+	c, err := New(client, informer, &adoptingBackend{Backend: fakebackend.NewBackend()}, Options{NodeName: "node-a", Recorder: recorder})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.queue.ShutDown)
-	if _, err := c.sync(context.Background(), "team/web"); err != nil {
+	if _, err := c.syncHandler(context.Background(), "team/web"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -533,7 +534,7 @@ func TestUnreadableNodeKeepsTheFinalizer(t *testing.T) {
 	if _, err := f.sync("team/web"); err == nil {
 		t.Fatal("sync succeeded although the node could not be read")
 	}
-	if n := f.refresh("web"); !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
 		t.Fatalf("finalizer removed without knowing the node's attachments: %v", n.Finalizers)
 	}
 }
@@ -568,7 +569,7 @@ func TestReleaseWaitsForLeases(t *testing.T) {
 	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
 		t.Fatalf("sync with a lease left: %s, %v", result, err)
 	}
-	if n := f.refresh("web"); !slices.Contains(n.Finalizers, ProtectionFinalizer) {
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
 		t.Fatalf("released while host-local still leases 10.1.0.2: %v", n.Finalizers)
 	}
 	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || !strings.Contains(applied[0].Message, "10.1.0.2") {
@@ -588,7 +589,7 @@ func TestReleaseWaitsForLeases(t *testing.T) {
 	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
 		t.Fatalf("sync with no lease left: %s, %v", result, err)
 	}
-	if n := f.refresh("web"); slices.Contains(n.Finalizers, ProtectionFinalizer) {
+	if n := f.refresh("web"); slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
 		t.Fatalf("kept with no pods and no leases: %v", n.Finalizers)
 	}
 
@@ -613,7 +614,7 @@ func TestReleaseWaitsForLeases(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := g.refresh("db"); slices.Contains(n.Finalizers, ProtectionFinalizer) {
+	if n := g.refresh("db"); slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
 		t.Fatalf("a lease that never goes held the Network past the grace: %v", n.Finalizers)
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -379,9 +380,9 @@ func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, er
 // configuration file is taken by something not ours, then creates or repairs the bridge
 // (stale addresses removed before the gateway is added, MTU, up) and rewrites the configuration
 // when its content differs. On an error it returns the changes made so far with it.
-func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, error) {
+func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, netbackend.Outcome, error) {
 	if err := validate(d); err != nil {
-		return nil, err
+		return nil, netbackend.Outcome{}, err
 	}
 	mtu := d.EffectiveMTU()
 	name := netbackend.BridgeName(d.Key)
@@ -392,23 +393,24 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 
 	link, err := b.linkByName(name)
 	if err != nil {
-		return nil, fail(err, "looking up bridge %s of network %s", name, d.Key)
+		return nil, netbackend.Outcome{}, fail(err, "looking up bridge %s of network %s", name, d.Key)
 	}
 	existing, state, err := readConfig(b.cfg.CNIConfDir, d.Key)
 	if err != nil {
-		return nil, fail(err, "reading the CNI configuration of network %s", d.Key)
+		return nil, netbackend.Outcome{}, fail(err, "reading the CNI configuration of network %s", d.Key)
 	}
 	if state == confForeign {
-		return nil, netbackend.Errorf(netbackend.ReasonNotOurs,
+		return nil, netbackend.Outcome{}, netbackend.Errorf(netbackend.ReasonNotOurs,
 			"CNI configuration %s exists and does not record network %s in %q; leaving it alone", confPath, d.Key, KeyField)
 	}
+	created := (link == nil || !isOurs(link, d.Key)) && state != confOurs
 	// A new gateway waits while pods are attached: each has the configured one as its default
 	// route (from its CNI ADD), and moving the address off the bridge would cut them off.
 	var blocked error
 	if old, ok := configuredGateway(existing); state == confOurs && ok && old != d.Gateway && d.Prefix.Contains(old) {
 		attached, err := b.attachedPorts(link, d.Key)
 		if err != nil {
-			return nil, fail(err, "listing links")
+			return nil, netbackend.Outcome{}, fail(err, "listing links")
 		}
 		if len(attached) > 0 {
 			blocked = netbackend.Errorf(netbackend.ReasonGatewayChangeBlocked,
@@ -420,9 +422,9 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	adopt := false
 	if link != nil && !isOurs(link, d.Key) {
 		if adopt, err = b.adoptable(link, d); err != nil {
-			return nil, fail(err, "listing the addresses of %s", name)
+			return nil, netbackend.Outcome{}, fail(err, "listing the addresses of %s", name)
 		} else if !adopt {
-			return nil, b.notOurs(link, d.Key)
+			return nil, netbackend.Outcome{}, b.notOurs(link, d.Key)
 		}
 	}
 
@@ -440,13 +442,13 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	}
 	conf, err := renderConfig(d, b.cfg.IPAMDataDir, mac)
 	if err != nil {
-		return nil, netbackend.Errorf(netbackend.ReasonBackendError, "%v", err)
+		return nil, netbackend.Outcome{}, netbackend.Errorf(netbackend.ReasonBackendError, "%v", err)
 	}
 
 	var changes []string
 	if adopt {
 		if err := b.h.LinkSetAlias(link, Alias(d.Key)); err != nil {
-			return nil, fail(err, "marking bridge %s as network %s's", name, d.Key)
+			return nil, netbackend.Outcome{}, fail(err, "marking bridge %s as network %s's", name, d.Key)
 		}
 		changes = append(changes, fmt.Sprintf("%s%s: it had no alias and exactly the gateway %s, as the CNI bridge plugin creates it; marked it with alias %q",
 			netbackend.AdoptedPrefix, name, netip.PrefixFrom(d.Gateway, d.Prefix.Bits()), Alias(d.Key)))
@@ -454,15 +456,15 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 			err = errors.New("it vanished")
 		}
 		if err != nil {
-			return changes, fail(err, "looking up adopted bridge %s", name)
+			return changes, netbackend.Outcome{}, fail(err, "looking up adopted bridge %s", name)
 		}
 	}
 	if link == nil {
-		var created []string
-		link, created, err = b.createBridge(name, d.Key, mtu, mac)
-		changes = append(changes, created...)
+		var made []string
+		link, made, err = b.createBridge(name, d.Key, mtu, mac)
+		changes = append(changes, made...)
 		if err != nil {
-			return changes, err
+			return changes, netbackend.Outcome{}, err
 		}
 	}
 	attrs := link.Attrs()
@@ -471,7 +473,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	if pin || !bytes.Equal(attrs.HardwareAddr, mac) {
 		// Set explicitly, a bridge's MAC no longer follows its ports.
 		if err := b.h.LinkSetHardwareAddr(link, mac); err != nil {
-			return changes, fail(err, "setting the MAC of bridge %s to %s", name, mac)
+			return changes, netbackend.Outcome{}, fail(err, "setting the MAC of bridge %s to %s", name, mac)
 		}
 		if pin {
 			changes = append(changes, fmt.Sprintf("fixed MAC of %s at %s, the one its pods know", name, mac))
@@ -483,32 +485,32 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, err
 	addrChanges, err := b.ensureAddress(link, d)
 	changes = append(changes, addrChanges...)
 	if err != nil {
-		return changes, err
+		return changes, netbackend.Outcome{}, err
 	}
 	if attrs.MTU != mtu {
 		if err := b.h.LinkSetMTU(link, mtu); err != nil {
-			return changes, fail(err, "setting the MTU of bridge %s to %d", name, mtu)
+			return changes, netbackend.Outcome{}, fail(err, "setting the MTU of bridge %s to %d", name, mtu)
 		}
 		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", name, attrs.MTU, mtu))
 	}
 	if attrs.Flags&net.FlagUp == 0 {
 		if err := b.h.LinkSetUp(link); err != nil {
-			return changes, fail(err, "setting bridge %s up", name)
+			return changes, netbackend.Outcome{}, fail(err, "setting bridge %s up", name)
 		}
 		changes = append(changes, fmt.Sprintf("set %s up", name))
 	}
 	if !bytes.Equal(existing, conf) {
 		if err := writeFileAtomic(confPath, conf); err != nil {
-			return changes, fail(err, "writing CNI configuration %s", confPath)
+			return changes, netbackend.Outcome{}, fail(err, "writing CNI configuration %s", confPath)
 		}
 		changes = append(changes, fmt.Sprintf("wrote CNI configuration %s", confPath))
 	}
-	portChanges, err := b.ensurePorts(link, d.Key)
+	portChanges, ports, err := b.ensurePorts(link, d.Key)
 	changes = append(changes, portChanges...)
 	if err == nil {
 		err = blocked
 	}
-	return changes, err
+	return changes, netbackend.Outcome{Created: created, Ports: ports}, err
 }
 
 // attachedPorts returns the names of the ports of link (nil: none yet) and of the remembered
@@ -617,14 +619,16 @@ func (b *Backend) adoptable(link netlink.Link, d netbackend.Desired) (bool, erro
 // ensurePorts attaches again the ports key's bridge had and lost (the bridge was deleted and
 // recreated, or a port was detached by hand): each remembered port that still exists with its
 // name and has no master is made a port again, with hairpin mode as the configuration asks.
-// A remembered port now enslaved elsewhere is ReasonPortsDetached: its pod is cut off.
-func (b *Backend) ensurePorts(link netlink.Link, key string) ([]string, error) {
+// A remembered port now enslaved elsewhere is ReasonPortsDetached: its pod is cut off. It
+// returns the changes and the names of the bridge's ports afterwards.
+func (b *Backend) ensurePorts(link netlink.Link, key string) ([]string, []string, error) {
 	name, index := link.Attrs().Name, link.Attrs().Index
 	links, err := dump(b.h.LinkList)
 	if err != nil {
-		return nil, fail(err, "listing links")
+		return nil, nil, fail(err, "listing links")
 	}
 	current := portsOf(links, index)
+	attached := maps.Clone(current)
 	byIndex := map[int]netlink.Link{}
 	for _, l := range links {
 		byIndex[l.Attrs().Index] = l
@@ -655,7 +659,7 @@ func (b *Backend) ensurePorts(link netlink.Link, key string) ([]string, error) {
 		if err := b.h.LinkSetHairpin(port, true); err != nil && !errors.Is(err, unix.ENODEV) {
 			failure = fail(err, "setting hairpin mode on port %s of bridge %s", portName, name)
 		}
-		current[i] = portName
+		current[i], attached[i] = portName, portName
 		changes = append(changes, fmt.Sprintf("attached port %s to %s again", portName, name))
 	}
 	b.knownMu.Lock()
@@ -663,15 +667,15 @@ func (b *Backend) ensurePorts(link netlink.Link, key string) ([]string, error) {
 	b.knownMu.Unlock()
 	slices.Sort(changes)
 	if failure != nil {
-		return changes, failure
+		return changes, sortedNames(attached), failure
 	}
 	if len(detached) > 0 {
 		slices.Sort(detached)
-		return changes, netbackend.Errorf(netbackend.ReasonPortsDetached,
+		return changes, sortedNames(attached), netbackend.Errorf(netbackend.ReasonPortsDetached,
 			"ports %s of bridge %s (network %s) are attached to another master; their pods are cut off from the network",
 			strings.Join(detached, ", "), name, key)
 	}
-	return changes, nil
+	return changes, sortedNames(attached), nil
 }
 
 // stagingName is the name key's bridge is created under before it is marked as ours and

@@ -251,7 +251,7 @@ func TestWatchReportsDriftAndEnsureRepairs(t *testing.T) {
 		w.expect(t, d.Key, dr.name)
 		w.stop(t)
 
-		changes, err := e.b.Ensure(context.Background(), d)
+		changes, _, err := e.b.Ensure(context.Background(), d)
 		if err != nil {
 			t.Fatalf("%s: Ensure: %v", dr.name, err)
 		}
@@ -300,12 +300,12 @@ func TestWatchAfterRestart(t *testing.T) {
 	w.expect(t, d.Key, "foreign interface with the bridge's name")
 	w.stop(t)
 
-	_, err := restarted.Ensure(context.Background(), d)
+	_, _, err := restarted.Ensure(context.Background(), d)
 	if netbackend.ReasonOf(err) != netbackend.ReasonNotOurs {
 		t.Fatalf("Ensure with a foreign interface named %s: %v, want reason %s", bridge, err, netbackend.ReasonNotOurs)
 	}
 	// The other network's bridge was never touched.
-	if changes, err := restarted.Ensure(context.Background(), other); err != nil || len(changes) != 0 {
+	if changes, _, err := restarted.Ensure(context.Background(), other); err != nil || len(changes) != 0 {
 		t.Fatalf("Ensure of the untouched network: %q, %v", changes, err)
 	}
 }
@@ -412,7 +412,7 @@ func TestNotOursIsLeftAlone(t *testing.T) {
 		if err := os.WriteFile(path, foreign, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := e.b.Ensure(ctx, d)
+		_, _, err := e.b.Ensure(ctx, d)
 		if netbackend.ReasonOf(err) != netbackend.ReasonNotOurs || !strings.Contains(err.Error(), path) {
 			t.Fatalf("Ensure: %v, want reason %s naming %s", err, netbackend.ReasonNotOurs, path)
 		}
@@ -441,7 +441,7 @@ func checkLeftAlone(t *testing.T, e *testEnv, d netbackend.Desired, kind, alias 
 	ctx := context.Background()
 	bridge := netbackend.BridgeName(d.Key)
 	before := e.ns.link(t, bridge)
-	changes, err := e.b.Ensure(ctx, d)
+	changes, _, err := e.b.Ensure(ctx, d)
 	if netbackend.ReasonOf(err) != netbackend.ReasonNotOurs {
 		t.Fatalf("Ensure: %v, want reason %s", err, netbackend.ReasonNotOurs)
 	}
@@ -516,7 +516,7 @@ func TestInterruptedCreation(t *testing.T) {
 	}
 
 	e.ns.addVeth(t, staging, "stagingpeer0", "")
-	_, err := e.b.Ensure(ctx, d)
+	_, _, err := e.b.Ensure(ctx, d)
 	if netbackend.ReasonOf(err) != netbackend.ReasonNotOurs || !strings.Contains(err.Error(), staging) {
 		t.Fatalf("Ensure with a foreign %s: %v, want reason %s", staging, err, netbackend.ReasonNotOurs)
 	}
@@ -535,7 +535,7 @@ func TestGatewayInUseElsewhere(t *testing.T) {
 	e := newEnv(t)
 	e.ns.addVeth(t, "inuse0", "inuse1", "10.99.0.1/24")
 	d := desired4("default/net1")
-	changes, err := e.b.Ensure(context.Background(), d)
+	changes, _, err := e.b.Ensure(context.Background(), d)
 	if netbackend.ReasonOf(err) != netbackend.ReasonAddressInUse {
 		t.Fatalf("Ensure: %v, want reason %s", err, netbackend.ReasonAddressInUse)
 	}
@@ -698,7 +698,7 @@ func TestEnsureRejectsInvalidDesired(t *testing.T) {
 		"MTU out of range": {Key: "a/b", Prefix: netip.MustParsePrefix("10.0.0.0/24"), Gateway: netip.MustParseAddr("10.0.0.1"), MTU: 70000},
 		"key too long":     {Key: "a/" + strings.Repeat("x", 300), Prefix: netip.MustParsePrefix("10.0.0.0/24"), Gateway: netip.MustParseAddr("10.0.0.1")},
 	} {
-		if _, err := e.b.Ensure(context.Background(), d); err == nil {
+		if _, _, err := e.b.Ensure(context.Background(), d); err == nil {
 			t.Errorf("%s: Ensure succeeded", name)
 		}
 	}

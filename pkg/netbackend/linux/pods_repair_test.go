@@ -94,7 +94,7 @@ func TestAdoptsTheBridgeThePluginMade(t *testing.T) {
 			t.Fatal(err)
 		}
 		known := e.ns.link(t, bridge).Attrs().HardwareAddr // what the pod's CNI result recorded
-		changes, err := e.b.Ensure(ctx, d)
+		changes, _, err := e.b.Ensure(ctx, d)
 		if err != nil {
 			t.Fatalf("Ensure: %v", err)
 		}
@@ -156,7 +156,7 @@ func TestAdoptsTheBridgeThePluginMade(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, err := e.b.Ensure(ctx, d); netbackend.ReasonOf(err) != netbackend.ReasonNotOurs {
+		if _, _, err := e.b.Ensure(ctx, d); netbackend.ReasonOf(err) != netbackend.ReasonNotOurs {
 			t.Fatalf("Ensure: %v, want %s", err, netbackend.ReasonNotOurs)
 		}
 		if l := e.ns.link(t, netbackend.BridgeName(d.Key)); l.Attrs().Alias != "" {
@@ -170,7 +170,7 @@ func TestAdoptsTheBridgeThePluginMade(t *testing.T) {
 		if err := e.ns.nl.AddrAdd(br, netlinkAddr(netip.MustParsePrefix("10.99.0.1/16"))); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.b.Ensure(ctx, d); netbackend.ReasonOf(err) != netbackend.ReasonNotOurs {
+		if _, _, err := e.b.Ensure(ctx, d); netbackend.ReasonOf(err) != netbackend.ReasonNotOurs {
 			t.Fatalf("Ensure: %v, want %s", err, netbackend.ReasonNotOurs)
 		}
 	})
@@ -239,7 +239,7 @@ func TestRepairReattachesPorts(t *testing.T) {
 	if err := e.ns.nl.LinkSetMaster(e.ns.link(t, "pod2"), other); err != nil {
 		t.Fatal(err)
 	}
-	_, err := e.b.Ensure(context.Background(), d)
+	_, _, err := e.b.Ensure(context.Background(), d)
 	if netbackend.ReasonOf(err) != netbackend.ReasonPortsDetached || !strings.Contains(err.Error(), "pod2") {
 		t.Fatalf("Ensure with pod2 on another bridge: %v, want %s naming pod2", err, netbackend.ReasonPortsDetached)
 	}
@@ -296,7 +296,7 @@ func TestGatewayChangeWaitsForPods(t *testing.T) {
 
 	moved := d
 	moved.Gateway = netip.MustParseAddr("10.99.0.254")
-	_, err := e.b.Ensure(ctx, moved)
+	_, _, err := e.b.Ensure(ctx, moved)
 	if netbackend.ReasonOf(err) != netbackend.ReasonGatewayChangeBlocked || !strings.Contains(err.Error(), "podgw") {
 		t.Fatalf("Ensure with a pod attached: %v, want %s naming podgw", err, netbackend.ReasonGatewayChangeBlocked)
 	}
@@ -319,14 +319,14 @@ func TestGatewayChangeWaitsForPods(t *testing.T) {
 	if err := os.WriteFile(lease, []byte("pod-7\r\neth0"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.b.Ensure(ctx, moved)
+	_, _, err = e.b.Ensure(ctx, moved)
 	if netbackend.ReasonOf(err) != netbackend.ReasonAddressInUse || !strings.Contains(err.Error(), "pod-7") {
 		t.Fatalf("Ensure onto a leased gateway: %v, want %s naming pod-7", err, netbackend.ReasonAddressInUse)
 	}
 	if err := os.Remove(lease); err != nil {
 		t.Fatal(err)
 	}
-	changes, err := e.b.Ensure(ctx, moved)
+	changes, _, err := e.b.Ensure(ctx, moved)
 	if err != nil || !hasChange(changes, "added address 10.99.0.254/24") || !hasChange(changes, "wrote CNI configuration") {
 		t.Fatalf("Ensure with no pods attached: %q, %v; want the gateway moved", changes, err)
 	}
