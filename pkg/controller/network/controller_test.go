@@ -142,6 +142,9 @@ func TestCreateThenResyncWritesNothing(t *testing.T) {
 	if w := f.backend.Counts().Writes; w != 0 {
 		t.Errorf("a resync of an unchanged Network made %d backend writes", w)
 	}
+	if c := f.backend.Counts(); c.Ensure != 1 || c.Observe != 0 {
+		t.Errorf("a resync looked at the node other than by one Ensure: %+v", c)
+	}
 	if n := len(f.client.Actions()); n != 0 {
 		t.Errorf("a resync of an unchanged Network made %d API calls: %v", n, f.client.Actions())
 	}

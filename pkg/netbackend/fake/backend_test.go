@@ -25,12 +25,12 @@ func TestEnsureCreatesThenResyncWritesNothing(t *testing.T) {
 	b := NewBackend()
 	d := desired("default/net1")
 
-	changes, _, err := b.Ensure(ctx, d)
+	changes, outcome, err := b.Ensure(ctx, d)
 	if err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
-	if len(changes) == 0 {
-		t.Fatalf("first Ensure reported no changes")
+	if len(changes) == 0 || !outcome.Created {
+		t.Fatalf("first Ensure reported no changes or did not create: %v, %+v", changes, outcome)
 	}
 	a, err := b.Observe(ctx, d.Key)
 	if err != nil || a == nil {
