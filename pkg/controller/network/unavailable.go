@@ -150,6 +150,6 @@ func (u *Unavailable) sync(ctx context.Context, key string) error {
 			WithMessage(u.message).
 			WithObservedGeneration(n.Generation).
 			WithLastTransitionTime(metav1.Now())))
-	_, err = nodestatus.ApplyStatus(ctx, u.client, n.Namespace, apply, u.node)
+	_, err = nodestatus.ApplyAsNode(ctx, u.client, n.Namespace, apply, u.node)
 	return err
 }

@@ -51,7 +51,7 @@ func ApplyNodeEntry(ctx context.Context, client versioned.Interface, n *v1.Netwo
 	if resourceVersion != "" {
 		apply.WithResourceVersion(resourceVersion)
 	}
-	return ApplyStatus(ctx, client, n.Namespace, apply, entry.NodeName)
+	return ApplyAsNode(ctx, client, n.Namespace, apply, entry.NodeName)
 }
 
 // WithdrawNodeEntry removes node's entry from status.nodes: it applies nothing under the node's
@@ -65,12 +65,12 @@ func WithdrawNodeEntry(ctx context.Context, client versioned.Interface, n *v1.Ne
 	if resourceVersion != "" {
 		apply.WithResourceVersion(resourceVersion)
 	}
-	return ApplyStatus(ctx, client, n.Namespace, apply, node)
+	return ApplyAsNode(ctx, client, n.Namespace, apply, node)
 }
 
-// ApplyStatus applies apply to the status of a Network in namespace under node's field manager,
+// ApplyAsNode applies apply to the status of a Network in namespace under node's field manager,
 // forcing, and returns the Network afterwards, nil when it is gone.
-func ApplyStatus(ctx context.Context, client versioned.Interface, namespace string, apply *applyv1.NetworkApplyConfiguration, node string) (*v1.Network, error) {
+func ApplyAsNode(ctx context.Context, client versioned.Interface, namespace string, apply *applyv1.NetworkApplyConfiguration, node string) (*v1.Network, error) {
 	updated, err := client.SamplecrdV1().Networks(namespace).ApplyStatus(ctx, apply,
 		metav1.ApplyOptions{FieldManager: FieldManagerPrefix + node, Force: true})
 	if apierrors.IsNotFound(err) {
