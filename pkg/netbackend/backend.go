@@ -1,6 +1,6 @@
 // Package netbackend is the node side of a Network: what the controller asks a backend to make
 // true on the node (a bridge carrying the gateway address, and a CNI configuration for it), and
-// what the backend finds there. Implementations: linux (netlink and CNI files) and memory (tests).
+// what the backend finds there. Implementations: linux (netlink and CNI files) and fake (unit tests).
 package netbackend
 
 import (
@@ -74,14 +74,25 @@ type Actual struct {
 	Leases []string
 }
 
+// Outcome is what Ensure found beside the changes it made.
+type Outcome struct {
+	// Created: none of the Network's bridge or configuration (marked as ours) was on the node
+	// before Ensure.
+	Created bool
+	// Ports are the interfaces attached to the bridge once Ensure succeeded (the pods' veths);
+	// on an error they are not known.
+	Ports []string
+}
+
 // Backend realises Networks on one node.
 type Backend interface {
 	// Observe returns what is on the node for key (its bridge, configuration or IPAM state), or
 	// nil when nothing of ours is there.
 	Observe(ctx context.Context, key string) (*Actual, error)
-	// Ensure makes the node match d and returns a short description of each change it made;
-	// none when the node already matched (so a resync of an unchanged Network writes nothing).
-	Ensure(ctx context.Context, d Desired) (changes []string, err error)
+	// Ensure makes the node match d and returns a short description of each change it made
+	// (none when the node already matched, so a resync of an unchanged Network writes nothing)
+	// and what it found doing so: a sync needs no other look at the node.
+	Ensure(ctx context.Context, d Desired) (changes []string, outcome Outcome, err error)
 	// Remove deletes the bridge and the CNI configuration of key, if they are ours.
 	Remove(ctx context.Context, key string) error
 	// List returns the keys of every Network whose bridge or configuration (marked as ours), or

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	samplecrdv1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
-	networkcontroller "github.com/samplecrd/network-apiserver/pkg/controller/network"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
@@ -56,7 +56,7 @@ func TestAggregatedNodeLifecycle(t *testing.T) {
 		t.Helper()
 		e := samplecrdv1.NetworkNodeStatus{NodeName: node, Bridge: "nwghost", Ready: true, ObservedGeneration: n.Generation,
 			Message: "bridge and CNI configuration match the spec", Attachments: attachments}
-		updated, err := networkcontroller.ApplyNodeEntry(ctx, client, n, e, "")
+		updated, err := nodestatus.ApplyNodeEntry(ctx, client, n, e, "")
 		if err != nil || updated == nil {
 			t.Fatalf("applying %s's entry as its agent would: %v", node, err)
 		}
@@ -74,7 +74,7 @@ func TestAggregatedNodeLifecycle(t *testing.T) {
 	web := create("web", "10.30.0.0/24")
 	report(report(web, "ghost-1", 0), "ghost-2", 1)
 	// Being deleted later: its pods on ghost-2 hold it.
-	old := create("old", "10.31.0.0/24", networkcontroller.ProtectionFinalizer)
+	old := create("old", "10.31.0.0/24", nodestatus.ProtectionFinalizer)
 	report(report(old, "ghost-1", 0), "ghost-2", 1)
 	entryOf := func(n *samplecrdv1.Network, node string) *samplecrdv1.NetworkNodeStatus {
 		for i := range n.Status.Nodes {
@@ -103,7 +103,7 @@ func TestAggregatedNodeLifecycle(t *testing.T) {
 				return false, s
 			}
 			e := entryOf(n, "ghost-2")
-			return e != nil && !e.Ready && e.Reason == networkcontroller.ReasonNodeNotReady && e.Message == want && e.Attachments == 1 && e.Bridge == "nwghost", s
+			return e != nil && !e.Ready && e.Reason == nodestatus.ReasonNodeObjectNotReady && e.Message == want && e.Attachments == 1 && e.Bridge == "nwghost", s
 		})
 	}
 	t.Logf("entries marked %s after the Node went NotReady", time.Since(start).Round(time.Millisecond))
@@ -112,7 +112,7 @@ func TestAggregatedNodeLifecycle(t *testing.T) {
 		t.Errorf("ghost-1's entry changed: %s", s)
 	}
 	cond := meta.FindStatusCondition(n.Status.Conditions, "Ready")
-	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != networkcontroller.ReasonNodeNotReady ||
+	if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != nodestatus.ReasonNodeObjectNotReady ||
 		cond.Message != "not ready on 1 of 2 nodes: ghost-2: "+want {
 		t.Errorf("web's Ready condition: %+v", cond)
 	}
@@ -131,7 +131,7 @@ func TestAggregatedNodeLifecycle(t *testing.T) {
 
 	// old is deleted while ghost-2 reports a pod on it: it stays.
 	c.kubectl(t, "delete", "network", "old", "--wait=false")
-	if n, s := get("old"); n == nil || n.DeletionTimestamp == nil || !slices.Contains(n.Finalizers, networkcontroller.ProtectionFinalizer) {
+	if n, s := get("old"); n == nil || n.DeletionTimestamp == nil || !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
 		t.Fatalf("old after delete: %v %s", n, s)
 	}
 
@@ -153,7 +153,7 @@ func TestAggregatedNodeLifecycle(t *testing.T) {
 		n, s := get("old")
 		return n != nil && entryOf(n, "ghost-2") == nil, s
 	})
-	if n, s := get("old"); n == nil || !slices.Contains(n.Finalizers, networkcontroller.ProtectionFinalizer) {
+	if n, s := get("old"); n == nil || !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
 		t.Fatalf("old released while the Ready ghost-1 reports on it (its agent's call): %s", s)
 	}
 	setReady("ghost-1", "False", "KubeletNotReady")

@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	networkcontroller "github.com/samplecrd/network-apiserver/pkg/controller/network"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 )
 
 // TestProtectedNetworkKeepsItsPrefix: a Network with the controller's finalizer, deleted, stays
@@ -21,7 +21,7 @@ func TestProtectedNetworkKeepsItsPrefix(t *testing.T) {
 	networks := c.SamplecrdV1().Networks(ns)
 
 	n := newNetwork("held", "10.211.0.0/24", "")
-	n.Finalizers = []string{networkcontroller.ProtectionFinalizer}
+	n.Finalizers = []string{nodestatus.ProtectionFinalizer}
 	if _, err := networks.Create(ctx, n, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

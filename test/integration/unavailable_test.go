@@ -12,7 +12,7 @@ import (
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
-	networkcontroller "github.com/samplecrd/network-apiserver/pkg/controller/network"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	applyv1 "github.com/samplecrd/network-apiserver/pkg/generated/applyconfiguration/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	"github.com/samplecrd/network-apiserver/test/integration/framework"
@@ -25,7 +25,7 @@ func reportNode(t *testing.T, client versioned.Interface, ns, name, node string,
 		applyv1.NetworkNodeStatus().WithNodeName(node).WithBridge("nwtest").WithReady(true).
 			WithMessage("bridge and CNI configuration match the spec").WithObservedGeneration(generation)))
 	if _, err := client.SamplecrdV1().Networks(ns).ApplyStatus(context.Background(), apply,
-		metav1.ApplyOptions{FieldManager: networkcontroller.FieldManagerPrefix + node, Force: true}); err != nil {
+		metav1.ApplyOptions{FieldManager: nodestatus.FieldManagerPrefix + node, Force: true}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 
 	networkcontroller "github.com/samplecrd/network-apiserver/pkg/controller/network"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	clientscheme "github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/scheme"
 	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
@@ -139,7 +140,7 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", c.NodeName).String()
 			}))
 		opts.Node = nodes.Core().V1().Nodes()
-		if err := opts.Node.Informer().SetTransform(networkcontroller.TrimNode); err != nil {
+		if err := opts.Node.Informer().SetTransform(nodestatus.TrimNode); err != nil {
 			return err
 		}
 		nodes.Start(ctx.Done())

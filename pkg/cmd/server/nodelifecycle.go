@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/samplecrd/network-apiserver/pkg/controller/network"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodelifecycle"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 )
 
@@ -48,7 +48,7 @@ func (l *nodeLifecycle) start(ctx context.Context, loopback *rest.Config) error 
 	}
 	nodeFactory := kubeinformers.NewSharedInformerFactory(l.nodes, 10*time.Minute)
 	nodes := nodeFactory.Core().V1().Nodes()
-	if err := nodes.Informer().SetTransform(network.TrimNode); err != nil {
+	if err := nodes.Informer().SetTransform(nodestatus.TrimNode); err != nil {
 		return err
 	}
 	loop, err := nodelifecycle.New(client, nodes, nodeLifecycleResync)

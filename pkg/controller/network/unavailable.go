@@ -17,6 +17,7 @@ import (
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	applyv1 "github.com/samplecrd/network-apiserver/pkg/generated/applyconfiguration/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	informers "github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions/samplecrd/v1"
@@ -57,9 +58,7 @@ func NewUnavailable(client versioned.Interface, informer informers.NetworkInform
 		node:    node,
 		reason:  reason,
 		message: message,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 2*time.Minute),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "network_unavailable"}),
+		queue:   newQueue("network_unavailable"),
 	}
 	enqueue := func(obj interface{}) {
 		if n, ok := obj.(*v1.Network); ok && !u.needsReport(n) {
@@ -110,7 +109,7 @@ func (u *Unavailable) processNext(ctx context.Context) bool {
 // while no node reports on it.
 func (u *Unavailable) needsReport(n *v1.Network) bool {
 	if n.DeletionTimestamp != nil {
-		return releasable(n) // nothing to report, but the finalizer must not hold it forever
+		return nodestatus.Unattached(n) // nothing to report, but the finalizer must not hold it forever
 	}
 	others := false
 	for _, node := range n.Status.Nodes {
@@ -140,8 +139,7 @@ func (u *Unavailable) sync(ctx context.Context, key string) error {
 		return err
 	}
 	if n.DeletionTimestamp != nil {
-		_, err := setFinalizer(ctx, u.client, n, false)
-		return err
+		return nodestatus.Release(ctx, u.client, n)
 	}
 	// Without nodes in the configuration, the apply removes the entry this field manager owns.
 	apply := applyv1.Network(n.Name, n.Namespace).WithStatus(applyv1.NetworkStatus().WithConditions(
@@ -152,10 +150,6 @@ func (u *Unavailable) sync(ctx context.Context, key string) error {
 			WithMessage(u.message).
 			WithObservedGeneration(n.Generation).
 			WithLastTransitionTime(metav1.Now())))
-	_, err = u.client.SamplecrdV1().Networks(n.Namespace).ApplyStatus(ctx, apply,
-		metav1.ApplyOptions{FieldManager: FieldManagerPrefix + u.node, Force: true})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
+	_, err = nodestatus.ApplyAsNode(ctx, u.client, n.Namespace, apply, u.node)
 	return err
 }

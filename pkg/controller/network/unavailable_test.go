@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/fake"
 	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
 )
@@ -52,12 +53,12 @@ func TestUnavailableNeedsReport(t *testing.T) {
 		{"being deleted", with(func(n *v1.Network) { now := metav1.Now(); n.DeletionTimestamp = &now }), false},
 		{"being deleted, protected, no attachments reported", with(func(n *v1.Network) {
 			now := metav1.Now()
-			n.DeletionTimestamp, n.Finalizers = &now, []string{ProtectionFinalizer}
+			n.DeletionTimestamp, n.Finalizers = &now, []string{nodestatus.ProtectionFinalizer}
 			n.Status.Nodes = []v1.NetworkNodeStatus{entry("node-b")}
 		}), true},
 		{"being deleted, protected, another node reports pods", with(func(n *v1.Network) {
 			now := metav1.Now()
-			n.DeletionTimestamp, n.Finalizers = &now, []string{ProtectionFinalizer}
+			n.DeletionTimestamp, n.Finalizers = &now, []string{nodestatus.ProtectionFinalizer}
 			e := entry("node-b")
 			e.Attachments = 2
 			n.Status.Nodes = []v1.NetworkNodeStatus{e}
@@ -74,7 +75,7 @@ func TestUnavailableNeedsReport(t *testing.T) {
 func TestUnavailableReleasesProtectedNetworks(t *testing.T) {
 	n := network("n", "10.0.0.0/24", "10.0.0.1", 2)
 	now := metav1.Now()
-	n.DeletionTimestamp, n.Finalizers = &now, []string{"example.com/other", ProtectionFinalizer}
+	n.DeletionTimestamp, n.Finalizers = &now, []string{"example.com/other", nodestatus.ProtectionFinalizer}
 	client := fake.NewClientset(n)
 	informer := externalversions.NewSharedInformerFactory(client, 0).Samplecrd().V1().Networks()
 	if err := informer.Informer().GetIndexer().Add(n); err != nil {

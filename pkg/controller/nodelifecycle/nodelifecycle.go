@@ -5,7 +5,7 @@
 // will ever remove the entry, whose attachments would hold a Network being deleted forever.
 //
 // So, for every entry whose Node is not Ready, the loop writes the entry as
-// network.MarkNodeNotReady makes it (not ready, reason NodeNotReady; bridge, generation and
+// nodestatus.MarkNodeNotReady makes it (not ready, reason NodeNotReady; bridge, generation and
 // attachments kept), under the node's own field manager, exactly as the node's agent writes it
 // while it sees its Node not Ready: whoever writes first, the other finds nothing to change. For
 // an entry whose Node has been deleted it removes the entry, the way Kubernetes lets go of the pods
@@ -44,7 +44,7 @@ import (
 	"k8s.io/klog/v2"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
-	"github.com/samplecrd/network-apiserver/pkg/controller/network"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 )
 
@@ -87,7 +87,7 @@ func New(client versioned.Interface, nodeInformer coreinformers.NodeInformer, re
 				c.mu.Lock()
 				c.deleted.Delete(node.Name)
 				c.mu.Unlock()
-				if ready, _ := network.NodeReadiness(node); !ready {
+				if ready, _ := nodestatus.NodeReadiness(node); !ready {
 					c.queue.Add(pass)
 				}
 			}
@@ -98,8 +98,8 @@ func New(client versioned.Interface, nodeInformer coreinformers.NodeInformer, re
 			if !ok1 || !ok2 {
 				return
 			}
-			oldReady, oldWhy := network.NodeReadiness(old)
-			ready, why := network.NodeReadiness(node)
+			oldReady, oldWhy := nodestatus.NodeReadiness(old)
+			ready, why := nodestatus.NodeReadiness(node)
 			// Becoming Ready again is the node's agent's to report.
 			if !ready && (oldReady || why != oldWhy) {
 				c.queue.Add(pass)
@@ -176,7 +176,7 @@ func (c *Controller) someNodeNotReady() bool {
 		return false
 	}
 	for _, node := range nodes {
-		if ready, _ := network.NodeReadiness(node); !ready {
+		if ready, _ := nodestatus.NodeReadiness(node); !ready {
 			return true
 		}
 	}
@@ -214,19 +214,19 @@ func (c *Controller) sync(ctx context.Context, n *v1.Network) error {
 			if !c.wasNode(entry) {
 				continue
 			}
-			if updated, err = network.WithdrawNodeEntry(ctx, c.client, current, entry.NodeName, current.ResourceVersion); err != nil {
+			if updated, err = nodestatus.WithdrawNodeEntry(ctx, c.client, current, entry.NodeName, current.ResourceVersion); err != nil {
 				return err
 			}
 			klog.FromContext(ctx).Info("Removed the status entry of a deleted Node", "network", key, "node", entry.NodeName)
 		case err != nil:
 			return err
 		default:
-			ready, why := network.NodeReadiness(node)
-			want := network.MarkNodeNotReady(entry, why)
+			ready, why := nodestatus.NodeReadiness(node)
+			want := nodestatus.MarkNodeNotReady(entry, why)
 			if ready || want == entry {
 				continue
 			}
-			if updated, err = network.ApplyNodeEntry(ctx, c.client, current, want, current.ResourceVersion); err != nil {
+			if updated, err = nodestatus.ApplyNodeEntry(ctx, c.client, current, want, current.ResourceVersion); err != nil {
 				return err
 			}
 			klog.FromContext(ctx).V(2).Info("Marked the status entry of a Node that is not Ready", "network", key, "node", entry.NodeName, "why", why)
@@ -236,8 +236,8 @@ func (c *Controller) sync(ctx context.Context, n *v1.Network) error {
 		}
 		current = updated
 	}
-	if network.Releasable(current) && c.noReadyNodeReports(current) {
-		if err := network.Release(ctx, c.client, current); err != nil {
+	if nodestatus.Releasable(current) && c.noReadyNodeReports(current) {
+		if err := nodestatus.Release(ctx, c.client, current); err != nil {
 			return err
 		}
 		klog.FromContext(ctx).Info("No node that is Ready reports on the Network and none reports pods: released it for deletion", "network", key)
@@ -250,7 +250,7 @@ func (c *Controller) sync(ctx context.Context, n *v1.Network) error {
 func (c *Controller) wasNode(entry v1.NetworkNodeStatus) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.deleted.Has(entry.NodeName) || entry.Reason == network.ReasonNodeNotReady
+	return c.deleted.Has(entry.NodeName) || entry.Reason == nodestatus.ReasonNodeObjectNotReady
 }
 
 // noReadyNodeReports says whether every entry of n is of a Node that is not Ready: no agent is
@@ -261,7 +261,7 @@ func (c *Controller) noReadyNodeReports(n *v1.Network) bool {
 		if err != nil {
 			return false // not a Node, or unknown: its controller decides
 		}
-		if ready, _ := network.NodeReadiness(node); ready {
+		if ready, _ := nodestatus.NodeReadiness(node); ready {
 			return false
 		}
 	}

@@ -14,14 +14,12 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
-	"github.com/samplecrd/network-apiserver/pkg/controller/network"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus/nodestatustest"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/fake"
 )
 
-func node(name string, status corev1.ConditionStatus, reason string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
-		{Type: corev1.NodeReady, Status: status, Reason: reason}}}}
-}
+var node = nodestatustest.Node
 
 func entry(node string, attachments int32) v1.NetworkNodeStatus {
 	return v1.NetworkNodeStatus{NodeName: node, Bridge: "nwweb", Ready: true, ObservedGeneration: 1,
@@ -58,7 +56,7 @@ func startResync(t *testing.T, resync time.Duration, nodes []*corev1.Node, netwo
 			t.Fatal(err)
 		}
 		for _, e := range entries {
-			if created, err = network.ApplyNodeEntry(ctx, client, created, e, ""); err != nil {
+			if created, err = nodestatus.ApplyNodeEntry(ctx, client, created, e, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -114,7 +112,7 @@ func TestNotReadyMarkedAndDeletedRemoved(t *testing.T) {
 	now := metav1.Now()
 	// Being deleted, held only by node-2's pods.
 	old := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "old", Generation: 1,
-		DeletionTimestamp: &now, Finalizers: []string{network.ProtectionFinalizer}}}
+		DeletionTimestamp: &now, Finalizers: []string{nodestatus.ProtectionFinalizer}}}
 	// A marked entry of a Node deleted while no loop ran (its Node is gone, it was one).
 	stale := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "stale", Generation: 1}}
 	f := start(t, []*corev1.Node{node("node-1", corev1.ConditionTrue, "KubeletReady"), node("node-2", corev1.ConditionTrue, "KubeletReady")},
@@ -122,7 +120,7 @@ func TestNotReadyMarkedAndDeletedRemoved(t *testing.T) {
 			// "host" is no Node: a controller with a --node-name of its own. It is left alone.
 			web:   {entry("node-1", 0), entry("node-2", 1), entry("host", 0)},
 			old:   {entry("node-2", 1)},
-			stale: {network.MarkNodeNotReady(entry("node-3", 1), "NodeStatusUnknown"), entry("host", 0)},
+			stale: {nodestatus.MarkNodeNotReady(entry("node-3", 1), "NodeStatusUnknown"), entry("host", 0)},
 		})
 
 	f.eventually("the stale entry of node-3 removed", "stale", func(n *v1.Network) bool {
@@ -135,24 +133,24 @@ func TestNotReadyMarkedAndDeletedRemoved(t *testing.T) {
 	if _, err := f.kube.CoreV1().Nodes().UpdateStatus(ctx, node("node-2", corev1.ConditionUnknown, "NodeStatusUnknown"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	want := network.MarkNodeNotReady(entry("node-2", 1), "NodeStatusUnknown")
+	want := nodestatus.MarkNodeNotReady(entry("node-2", 1), "NodeStatusUnknown")
 	n := f.eventually("node-2's entry marked", "web", func(n *v1.Network) bool { return entries(n)["node-2"] == want })
 	if e := entries(n); e["node-1"] != entry("node-1", 0) || e["host"] != entry("host", 0) || len(e) != 3 {
 		t.Errorf("other entries changed: %+v", n.Status.Nodes)
 	}
 	owned := false
 	for _, mf := range n.ManagedFields {
-		owned = owned || (mf.Manager == network.FieldManagerPrefix+"node-2" && mf.Operation == metav1.ManagedFieldsOperationApply)
-		if mf.Manager != network.FieldManagerPrefix+"node-1" && mf.Manager != network.FieldManagerPrefix+"node-2" &&
-			mf.Manager != network.FieldManagerPrefix+"host" && mf.Subresource == "status" {
+		owned = owned || (mf.Manager == nodestatus.FieldManagerPrefix+"node-2" && mf.Operation == metav1.ManagedFieldsOperationApply)
+		if mf.Manager != nodestatus.FieldManagerPrefix+"node-1" && mf.Manager != nodestatus.FieldManagerPrefix+"node-2" &&
+			mf.Manager != nodestatus.FieldManagerPrefix+"host" && mf.Subresource == "status" {
 			t.Errorf("status written under field manager %q", mf.Manager)
 		}
 	}
 	if !owned {
-		t.Errorf("node-2's entry is no longer applied by %s: %+v", network.FieldManagerPrefix+"node-2", n.ManagedFields)
+		t.Errorf("node-2's entry is no longer applied by %s: %+v", nodestatus.FieldManagerPrefix+"node-2", n.ManagedFields)
 	}
 	o := f.eventually("old's entry marked", "old", func(n *v1.Network) bool { return entries(n)["node-2"] == want })
-	if !slices.Contains(o.Finalizers, network.ProtectionFinalizer) {
+	if !slices.Contains(o.Finalizers, nodestatus.ProtectionFinalizer) {
 		t.Fatal("old released while node-2 reported pods")
 	}
 
@@ -176,7 +174,7 @@ func TestNotReadyMarkedAndDeletedRemoved(t *testing.T) {
 		t.Errorf("other entries changed: %+v", n.Status.Nodes)
 	}
 	f.eventually("old released", "old", func(n *v1.Network) bool {
-		return len(n.Status.Nodes) == 0 && !slices.Contains(n.Finalizers, network.ProtectionFinalizer)
+		return len(n.Status.Nodes) == 0 && !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer)
 	})
 }
 
@@ -185,7 +183,7 @@ func TestReadyNodeReleasesItself(t *testing.T) {
 	ctx := context.Background()
 	now := metav1.Now()
 	old := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "old", Generation: 1,
-		DeletionTimestamp: &now, Finalizers: []string{network.ProtectionFinalizer}}}
+		DeletionTimestamp: &now, Finalizers: []string{nodestatus.ProtectionFinalizer}}}
 	f := start(t, []*corev1.Node{node("node-1", corev1.ConditionTrue, "KubeletReady"), node("node-2", corev1.ConditionUnknown, "NodeStatusUnknown")},
 		map[*v1.Network][]v1.NetworkNodeStatus{old: {entry("node-1", 0), entry("node-2", 1)}})
 	f.eventually("node-2's entry marked", "old", func(n *v1.Network) bool { return !entries(n)["node-2"].Ready })
@@ -198,7 +196,7 @@ func TestReadyNodeReleasesItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, err := f.client.SamplecrdV1().Networks("team").Get(ctx, "old", metav1.GetOptions{})
-	if err != nil || !slices.Contains(n.Finalizers, network.ProtectionFinalizer) {
+	if err != nil || !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
 		t.Fatalf("released although the Ready node-1 reports on it: %+v, %v", n, err)
 	}
 }
@@ -210,9 +208,9 @@ func TestResyncMarksAgain(t *testing.T) {
 	web := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web", Generation: 1}}
 	f := startResync(t, 50*time.Millisecond, []*corev1.Node{node("node-2", corev1.ConditionFalse, "KubeletNotReady")},
 		map[*v1.Network][]v1.NetworkNodeStatus{web: {entry("node-2", 0)}})
-	want := network.MarkNodeNotReady(entry("node-2", 0), "KubeletNotReady")
+	want := nodestatus.MarkNodeNotReady(entry("node-2", 0), "KubeletNotReady")
 	n := f.eventually("node-2's entry marked", "web", func(n *v1.Network) bool { return entries(n)["node-2"] == want })
-	if _, err := network.ApplyNodeEntry(ctx, f.client, n, entry("node-2", 0), ""); err != nil {
+	if _, err := nodestatus.ApplyNodeEntry(ctx, f.client, n, entry("node-2", 0), ""); err != nil {
 		t.Fatal(err)
 	}
 	f.eventually("node-2's entry marked again", "web", func(n *v1.Network) bool { return entries(n)["node-2"] == want })

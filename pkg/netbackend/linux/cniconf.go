@@ -122,18 +122,12 @@ type routeConf struct {
 	Dst string `json:"dst"`
 }
 
-// RenderConfig returns the CNI configuration list for d: a "bridge" plugin on d's bridge
+// renderConfig returns the CNI configuration list for d: a "bridge" plugin on d's bridge
 // (isGateway, hairpin mode so a pod reaches itself through a service, masquerading only when
 // d.IPMasq, the bridge's MTU for the pods' interfaces) with "host-local" IPAM over d.Prefix
 // (host-local never hands out the gateway) and a default route, then "portmap" with the
 // portMappings capability (a pod's hostPorts). ipamDataDir, when set, is host-local's dataDir.
-// The list records netbackend.BridgeMAC(d.Key) as the bridge's MAC (MACField). Equal inputs
-// give equal bytes.
-func RenderConfig(d netbackend.Desired, ipamDataDir string) ([]byte, error) {
-	return renderConfig(d, ipamDataDir, netbackend.BridgeMAC(d.Key))
-}
-
-// renderConfig is RenderConfig recording bridgeMAC as the bridge's MAC.
+// The list records bridgeMAC as the bridge's MAC (MACField). Equal inputs give equal bytes.
 func renderConfig(d netbackend.Desired, ipamDataDir string, bridgeMAC net.HardwareAddr) ([]byte, error) {
 	defaultRoute := "0.0.0.0/0"
 	if d.Gateway.Is6() {

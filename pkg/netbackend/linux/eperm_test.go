@@ -47,7 +47,7 @@ func epermChild(key string) int {
 		return 4
 	}
 	defer func() { _ = b.Close() }()
-	changes, err := b.Ensure(context.Background(), desired4(key))
+	changes, _, err := b.Ensure(context.Background(), desired4(key))
 	fmt.Printf("%s reason=%s changes=%q err=%v\n", epermResultTag, netbackend.ReasonOf(err), changes, err)
 	return 0
 }
@@ -120,7 +120,7 @@ func TestPermissionDenied(t *testing.T) {
 	// The bridge is right (made by root), only the configuration is missing: writing it into
 	// root's directory is refused.
 	root := e.newBackend(Config{CNIConfDir: confDir})
-	if _, err := root.Ensure(context.Background(), d); err != nil {
+	if _, _, err := root.Ensure(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(ConfPath(confDir, d.Key)); err != nil {

@@ -154,7 +154,7 @@ func (e *testEnv) newBackend(cfg Config) *Backend {
 
 func (e *testEnv) ensure(d netbackend.Desired) []string {
 	e.t.Helper()
-	changes, err := e.b.Ensure(context.Background(), d)
+	changes, _, err := e.b.Ensure(context.Background(), d)
 	if err != nil {
 		e.t.Fatalf("Ensure(%s): %v (changes so far %q)", d.Key, err, changes)
 	}

@@ -72,7 +72,7 @@ func TestPodCanUseTheNetwork(t *testing.T) {
 	d := desired4("default/podnet")
 	gateway := d.Gateway
 	ctx := context.Background()
-	if _, err := b.Ensure(ctx, d); err != nil {
+	if _, _, err := b.Ensure(ctx, d); err != nil {
 		t.Fatal(err)
 	}
 	bridge := netbackend.BridgeName(d.Key)
@@ -164,8 +164,10 @@ func TestPodCanUseTheNetwork(t *testing.T) {
 	if ports != 1 {
 		t.Errorf("bridge %s has %d ports, want 1", bridge, ports)
 	}
-	if changes, err := b.Ensure(ctx, d); err != nil || len(changes) != 0 {
+	if changes, outcome, err := b.Ensure(ctx, d); err != nil || len(changes) != 0 {
 		t.Errorf("Ensure with a pod attached: %q, %v; want no changes", changes, err)
+	} else if len(outcome.Ports) != 1 || outcome.Created {
+		t.Errorf("Ensure with a pod attached found %+v; want its one port, not created", outcome)
 	}
 
 	// The pod reaches the gateway: a TCP listener on 10.99.0.1 in the node's namespace.
@@ -241,7 +243,7 @@ func TestPodCanUseTheNetwork(t *testing.T) {
 	if pod.link(t, "eth0") != nil {
 		t.Errorf("the pod's eth0 is still there after DEL")
 	}
-	if changes, err := b.Ensure(ctx, d); err != nil || len(changes) != 0 {
+	if changes, _, err := b.Ensure(ctx, d); err != nil || len(changes) != 0 {
 		t.Errorf("Ensure after the pod left: %q, %v; want no changes", changes, err)
 	}
 }

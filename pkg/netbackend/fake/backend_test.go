@@ -1,4 +1,4 @@
-package memory
+package fake
 
 import (
 	"context"
@@ -22,15 +22,15 @@ func desired(key string) netbackend.Desired {
 
 func TestEnsureCreatesThenResyncWritesNothing(t *testing.T) {
 	ctx := context.Background()
-	b := New()
+	b := NewBackend()
 	d := desired("default/net1")
 
-	changes, err := b.Ensure(ctx, d)
+	changes, outcome, err := b.Ensure(ctx, d)
 	if err != nil {
 		t.Fatalf("Ensure: %v", err)
 	}
-	if len(changes) == 0 {
-		t.Fatalf("first Ensure reported no changes")
+	if len(changes) == 0 || !outcome.Created {
+		t.Fatalf("first Ensure reported no changes or did not create: %v, %+v", changes, outcome)
 	}
 	a, err := b.Observe(ctx, d.Key)
 	if err != nil || a == nil {
@@ -49,7 +49,7 @@ func TestEnsureCreatesThenResyncWritesNothing(t *testing.T) {
 	}
 
 	b.ResetCounts()
-	changes, err = b.Ensure(ctx, d)
+	changes, _, err = b.Ensure(ctx, d)
 	if err != nil {
 		t.Fatalf("second Ensure: %v", err)
 	}
@@ -63,14 +63,14 @@ func TestEnsureCreatesThenResyncWritesNothing(t *testing.T) {
 
 func TestEnsureChangesOnlyWhatDiffers(t *testing.T) {
 	ctx := context.Background()
-	b := New()
+	b := NewBackend()
 	d := desired("default/net1")
-	if _, err := b.Ensure(ctx, d); err != nil {
+	if _, _, err := b.Ensure(ctx, d); err != nil {
 		t.Fatal(err)
 	}
 	d.MTU = 9000
 	b.ResetCounts()
-	changes, err := b.Ensure(ctx, d)
+	changes, _, err := b.Ensure(ctx, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestEnsureChangesOnlyWhatDiffers(t *testing.T) {
 }
 
 func TestEnsureRejectsInvalidDesired(t *testing.T) {
-	b := New()
+	b := NewBackend()
 	for name, d := range map[string]netbackend.Desired{
 		"empty key":         {Prefix: netip.MustParsePrefix("10.0.0.0/24"), Gateway: netip.MustParseAddr("10.0.0.1")},
 		"gateway outside":   {Key: "a/b", Prefix: netip.MustParsePrefix("10.0.0.0/24"), Gateway: netip.MustParseAddr("10.0.1.1")},
@@ -94,7 +94,7 @@ func TestEnsureRejectsInvalidDesired(t *testing.T) {
 		"MTU out of range":  {Key: "a/b", Prefix: netip.MustParsePrefix("10.0.0.0/24"), Gateway: netip.MustParseAddr("10.0.0.1"), MTU: 20},
 		"no prefix/gateway": {Key: "a/b"},
 	} {
-		if _, err := b.Ensure(context.Background(), d); err == nil {
+		if _, _, err := b.Ensure(context.Background(), d); err == nil {
 			t.Errorf("%s: Ensure succeeded, want an error", name)
 		}
 	}
@@ -105,10 +105,10 @@ func TestEnsureRejectsInvalidDesired(t *testing.T) {
 
 func TestFailureInjection(t *testing.T) {
 	ctx := context.Background()
-	b := New()
+	b := NewBackend()
 	d := desired("default/net1")
 	b.SetFailure(d.Key, netbackend.Errorf(netbackend.ReasonPermissionDenied, "operation not permitted"))
-	if _, err := b.Ensure(ctx, d); netbackend.ReasonOf(err) != netbackend.ReasonPermissionDenied {
+	if _, _, err := b.Ensure(ctx, d); netbackend.ReasonOf(err) != netbackend.ReasonPermissionDenied {
 		t.Fatalf("Ensure error = %v, want reason %s", err, netbackend.ReasonPermissionDenied)
 	}
 	if _, err := b.Observe(ctx, d.Key); err == nil {
@@ -118,11 +118,11 @@ func TestFailureInjection(t *testing.T) {
 		t.Fatalf("Remove succeeded despite the injected failure")
 	}
 	// Other keys are unaffected.
-	if _, err := b.Ensure(ctx, desired("default/other")); err != nil {
+	if _, _, err := b.Ensure(ctx, desired("default/other")); err != nil {
 		t.Fatalf("Ensure of another key: %v", err)
 	}
 	b.SetFailure(d.Key, nil)
-	if _, err := b.Ensure(ctx, d); err != nil {
+	if _, _, err := b.Ensure(ctx, d); err != nil {
 		t.Fatalf("Ensure after clearing the failure: %v", err)
 	}
 
@@ -139,10 +139,10 @@ func TestFailureInjection(t *testing.T) {
 
 func TestOccupiedNameIsNotOurs(t *testing.T) {
 	ctx := context.Background()
-	b := New()
+	b := NewBackend()
 	d := desired("default/net1")
 	b.Occupy(d.Key)
-	_, err := b.Ensure(ctx, d)
+	_, _, err := b.Ensure(ctx, d)
 	if netbackend.ReasonOf(err) != netbackend.ReasonNotOurs {
 		t.Fatalf("Ensure error = %v, want reason %s", err, netbackend.ReasonNotOurs)
 	}
@@ -150,16 +150,16 @@ func TestOccupiedNameIsNotOurs(t *testing.T) {
 		t.Fatalf("Observe = %v, %v; want nothing of ours", a, err)
 	}
 	b.Vacate(d.Key)
-	if _, err := b.Ensure(ctx, d); err != nil {
+	if _, _, err := b.Ensure(ctx, d); err != nil {
 		t.Fatalf("Ensure after Vacate: %v", err)
 	}
 }
 
 func TestRemoveAndList(t *testing.T) {
 	ctx := context.Background()
-	b := New()
+	b := NewBackend()
 	for _, k := range []string{"ns2/b", "ns1/a"} {
-		if _, err := b.Ensure(ctx, desired(k)); err != nil {
+		if _, _, err := b.Ensure(ctx, desired(k)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -195,15 +195,15 @@ func TestRemoveAndList(t *testing.T) {
 
 func TestObserveReturnsCopies(t *testing.T) {
 	ctx := context.Background()
-	b := New()
+	b := NewBackend()
 	d := desired("default/net1")
-	if _, err := b.Ensure(ctx, d); err != nil {
+	if _, _, err := b.Ensure(ctx, d); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := b.Observe(ctx, d.Key)
 	a.Addresses[0] = netip.MustParsePrefix("192.0.2.1/32")
 	a.CNIConfig[0] = 'X'
-	if changes, _ := b.Ensure(ctx, d); len(changes) != 0 {
+	if changes, _, _ := b.Ensure(ctx, d); len(changes) != 0 {
 		t.Fatalf("mutating an observed copy changed the backend: %v", changes)
 	}
 }
@@ -211,9 +211,9 @@ func TestObserveReturnsCopies(t *testing.T) {
 func TestWatchReportsDriftAndEnsureRepairs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	b := New()
+	b := NewBackend()
 	d := desired("default/net1")
-	if _, err := b.Ensure(ctx, d); err != nil {
+	if _, _, err := b.Ensure(ctx, d); err != nil {
 		t.Fatal(err)
 	}
 	notified := make(chan string, 16)
@@ -252,7 +252,7 @@ func TestWatchReportsDriftAndEnsureRepairs(t *testing.T) {
 		case <-time.After(2 * time.Second):
 			t.Fatalf("%s: no notification within 2s", drift.name)
 		}
-		changes, err := b.Ensure(ctx, d)
+		changes, _, err := b.Ensure(ctx, d)
 		if err != nil {
 			t.Fatalf("%s: Ensure: %v", drift.name, err)
 		}
@@ -264,7 +264,7 @@ func TestWatchReportsDriftAndEnsureRepairs(t *testing.T) {
 				t.Fatalf("%s: change %d = %q, want it to contain %q", drift.name, i, c, drift.want[i])
 			}
 		}
-		if changes, _ := b.Ensure(ctx, d); len(changes) != 0 {
+		if changes, _, _ := b.Ensure(ctx, d); len(changes) != 0 {
 			t.Fatalf("%s: Ensure after the repair changed %v", drift.name, changes)
 		}
 	}
@@ -293,7 +293,7 @@ func TestWatchReportsDriftAndEnsureRepairs(t *testing.T) {
 func TestWaitForWatchersTimesOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := New().WaitForWatchers(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+	if err := NewBackend().WaitForWatchers(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("WaitForWatchers = %v, want a deadline error", err)
 	}
 }

@@ -1,0 +1,43 @@
+package network
+
+import (
+	"context"
+	"fmt"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// report applies this node's status entry, unless it already says the same, and returns the
+// Network as it is afterwards (nil when it is gone).
+func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int32, failure error) (*v1.Network, error) {
+	entry := v1.NetworkNodeStatus{
+		NodeName:           c.opts.NodeName,
+		Bridge:             netbackend.BridgeName(n.Namespace + "/" + n.Name),
+		Ready:              failure == nil,
+		ObservedGeneration: n.Generation,
+		Message:            "bridge and CNI configuration match the spec",
+		Attachments:        attachments,
+	}
+	if failure != nil {
+		entry.Reason, entry.Message = netbackend.ReasonOf(failure), failure.Error()
+	}
+	// While the Node is not Ready the entry says so, exactly as the server's node lifecycle loop
+	// marks it, so the two never undo each other; once the Node is deleted the entry goes, as
+	// that loop removes it.
+	switch node := c.nodeStatus(); {
+	case node.deleted:
+		return nodestatus.WithdrawNodeEntry(ctx, c.client, n, c.opts.NodeName, "")
+	case node.why != "":
+		entry = nodestatus.MarkNodeNotReady(entry, node.why)
+	}
+	if current := nodestatus.FindEntry(n, c.opts.NodeName); current != nil && *current == entry {
+		return n, nil
+	}
+	if failure != nil && netbackend.ReasonOf(failure) != ReasonTerminating {
+		c.event(n, "Warning", EventFailed, fmt.Sprintf("node %s: %v", c.opts.NodeName, failure))
+	}
+	// Deleted meanwhile (nil): the delete event removes it from the node.
+	return nodestatus.ApplyNodeEntry(ctx, c.client, n, entry, "")
+}

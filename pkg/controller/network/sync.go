@@ -1,0 +1,100 @@
+package network
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// Event reasons recorded on Networks.
+const (
+	EventCreated  = "Created"
+	EventRepaired = "Repaired"
+	// EventAdopted: the node had an unmarked bridge with exactly the Network's name and gateway
+	// (the CNI bridge plugin made it for a pod attached before the controller ran), now ours.
+	EventAdopted = "Adopted"
+	EventDeleted = "Deleted"
+	EventFailed  = "Failed"
+)
+
+// IPMasqAnnotation set to "true" on a Network makes the CNI bridge plugin masquerade its pods'
+// traffic leaving the prefix (ipMasq in the configuration list); absent or anything else, off.
+const IPMasqAnnotation = "samplecrd.k8s.io/ip-masq"
+
+// sync converges the node with n, a Network not being deleted, reports the node's entry and
+// returns the result label for metrics. The backend's Ensure is its one look at the node.
+func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (string, error) {
+	// The finalizer goes on before the configuration is written, so no pod can attach to a
+	// Network that is not protected.
+	if !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
+		var err error
+		if n, err = nodestatus.Protect(ctx, c.client, n); err != nil {
+			return "error", err
+		}
+	}
+	desired, err := desiredOf(key, n)
+	if err != nil {
+		_, err = c.report(ctx, n, 0, err)
+		return "error", err
+	}
+	changes, outcome, ensureErr := c.backend.Ensure(ctx, desired)
+	attachments := int32(len(outcome.Ports))
+	if ensureErr != nil {
+		// Ensure stopped part way, so its ports are not the node's: look again.
+		attachments = c.attachments(ctx, key)
+	}
+	if _, err := c.report(ctx, n, attachments, ensureErr); err != nil {
+		return "error", err
+	}
+	if ensureErr != nil {
+		return "error", ensureErr
+	}
+	if len(changes) == 0 {
+		return "in_sync", nil
+	}
+	reason := EventRepaired
+	if outcome.Created {
+		reason = EventCreated
+	}
+	if slices.ContainsFunc(changes, func(c string) bool { return strings.HasPrefix(c, netbackend.AdoptedPrefix) }) {
+		reason = EventAdopted
+	}
+	c.event(n, "Normal", reason, fmt.Sprintf("%s on node %s: %v", reason, c.opts.NodeName, changes))
+	klog.FromContext(ctx).Info("Converged network", "network", key, "reason", reason, "changes", changes)
+	return "changed", nil
+}
+
+func desiredOf(key string, n *v1.Network) (netbackend.Desired, error) {
+	prefix, err := netip.ParsePrefix(n.Spec.CIDR)
+	if err != nil {
+		return netbackend.Desired{}, netbackend.Errorf("InvalidSpec", "spec.cidr %q: %v", n.Spec.CIDR, err)
+	}
+	gateway, err := netip.ParseAddr(n.Spec.Gateway)
+	if err != nil {
+		return netbackend.Desired{}, netbackend.Errorf("InvalidSpec", "spec.gateway %q: %v", n.Spec.Gateway, err)
+	}
+	return netbackend.Desired{Key: key, Prefix: prefix, Gateway: gateway, IPMasq: n.Annotations[IPMasqAnnotation] == "true"}, nil
+}
+
+// attachments returns the number of pods attached to key's bridge on this node (0 when unknown).
+func (c *Controller) attachments(ctx context.Context, key string) int32 {
+	a, err := c.backend.Observe(ctx, key)
+	if err != nil || a == nil {
+		return 0
+	}
+	return int32(len(a.Ports))
+}
+
+func (c *Controller) event(n *v1.Network, eventType, reason, message string) {
+	if c.opts.Recorder != nil {
+		c.opts.Recorder.Event(n, eventType, reason, message)
+	}
+}

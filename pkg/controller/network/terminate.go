@@ -1,0 +1,107 @@
+package network
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// ReasonTerminating is a node's reason while the Network it serves is being deleted.
+const ReasonTerminating = "Terminating"
+
+// leaseRecheck is how often a Network waiting for its leases (see Options.LeaseGrace) looks
+// again: host-local's files are not watched.
+const leaseRecheck = 200 * time.Millisecond
+
+// terminate handles a Network being deleted: while pods are attached on this node it keeps (and
+// repairs) the bridge and configuration and reports them; with none it reports zero and, when
+// every node's entry says zero, removes the finalizer, after which the Network goes and the
+// node's part is removed like any deleted Network's.
+func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (string, error) {
+	if !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
+		return c.remove(ctx, key) // only other finalizers remain: this node's part goes now
+	}
+	// Unlike a status report, the release must not guess: an unreadable node keeps the Network.
+	actual, err := c.backend.Observe(ctx, key)
+	if err != nil {
+		return "error", err
+	}
+	var count int32
+	if actual != nil {
+		count = int32(len(actual.Ports))
+	}
+	if count > 0 {
+		c.leasesDone(key)
+		var failure error
+		if desired, err := desiredOf(key, n); err == nil {
+			_, _, failure = c.backend.Ensure(ctx, desired)
+		}
+		if failure == nil {
+			failure = netbackend.Errorf(ReasonTerminating,
+				"the Network is being deleted but %d pod(s) are attached on node %s; the bridge and CNI configuration stay until the runtime detaches them", count, c.opts.NodeName)
+		}
+		if _, err := c.report(ctx, n, count, failure); err != nil {
+			return "error", err
+		}
+		return "terminating", nil
+	}
+	// A runtime's DEL removes the pod's veth before the IPAM plugin releases its address:
+	// releasing now would remove host-local's directory under that DEL, which then leaves it
+	// behind. Wait (a little) for the leases to go.
+	if actual != nil && len(actual.Leases) > 0 {
+		if c.leasesPending(key) {
+			// The message does not count down: each recheck would rewrite the status.
+			if _, err := c.report(ctx, n, 0, netbackend.Errorf(ReasonTerminating,
+				"the Network is being deleted; no pods are attached on node %s, but addresses %s are still leased (a runtime's DEL under way?): waiting for their release, at most %v",
+				c.opts.NodeName, strings.Join(actual.Leases, ", "), c.opts.LeaseGrace)); err != nil {
+				return "error", err
+			}
+			c.queue.AddAfter(key, leaseRecheck)
+			return "terminating", nil
+		}
+		klog.FromContext(ctx).Info("Leases without pods outlived the grace period; they go with the Network",
+			"network", key, "leases", actual.Leases, "grace", c.opts.LeaseGrace)
+	}
+	c.leasesDone(key)
+	updated, err := c.report(ctx, n, 0, netbackend.Errorf(ReasonTerminating,
+		"the Network is being deleted; no pods are attached on node %s", c.opts.NodeName))
+	if err != nil || updated == nil {
+		return "error", err
+	}
+	if !nodestatus.Unattached(updated) {
+		klog.FromContext(ctx).V(2).Info("Deletion waits for pods on another node", "network", key)
+		return "terminating", nil
+	}
+	if err := nodestatus.Release(ctx, c.client, updated); err != nil {
+		return "error", err
+	}
+	klog.FromContext(ctx).Info("No pods attached on any node; released the Network for deletion", "network", key)
+	return "terminating", nil
+}
+
+// leasesPending records that key has leases without ports and tells whether to keep waiting for
+// them.
+func (c *Controller) leasesPending(key string) bool {
+	c.leasesMu.Lock()
+	defer c.leasesMu.Unlock()
+	first, ok := c.leasesSeen[key]
+	if !ok {
+		first = c.clock.Now()
+		c.leasesSeen[key] = first
+	}
+	return c.clock.Since(first) < c.opts.LeaseGrace
+}
+
+// leasesDone forgets key's wait for leases.
+func (c *Controller) leasesDone(key string) {
+	c.leasesMu.Lock()
+	defer c.leasesMu.Unlock()
+	delete(c.leasesSeen, key)
+}

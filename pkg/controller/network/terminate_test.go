@@ -1,0 +1,201 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	testingclock "k8s.io/utils/clock/testing"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
+)
+
+// TestFinalizerProtectsNetworksInUse: the controller puts samplecrd.k8s.io/network-protection on
+// a Network before its configuration exists, reports the pods attached on the node in its
+// status entry, and while a Network being deleted has pods attached keeps the bridge and
+// configuration (so the runtime can still DEL them) and the finalizer; once none are attached
+// on any node it removes the finalizer.
+func TestFinalizerProtectsNetworksInUse(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	n := f.refresh("web")
+	if !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
+		t.Fatalf("finalizers %v, want %s", n.Finalizers, nodestatus.ProtectionFinalizer)
+	}
+
+	// Two pods attach: the node's entry counts them.
+	f.backend.SetPorts("team/web", "veth1", "veth2")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 2 || !applied[0].Ready {
+		t.Fatalf("status with two pods attached: %+v", applied)
+	}
+
+	// Deleted with pods attached: kept, bridge and configuration too, and the status says why.
+	n = f.refresh("web")
+	now := metav1.Now()
+	n.DeletionTimestamp = &now
+	if err := f.indexer.Update(n); err != nil {
+		t.Fatal(err)
+	}
+	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
+		t.Fatalf("sync of a Network being deleted with pods attached: %s, %v", result, err)
+	}
+	if a := f.backend.Get("team/web"); a == nil || a.Bridge == "" || a.CNIConfig == nil {
+		t.Fatalf("the bridge or configuration went while pods are attached: %+v", a)
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || applied[0].Ready || applied[0].Reason != ReasonTerminating || applied[0].Attachments != 2 {
+		t.Fatalf("status while deletion waits: %+v", applied)
+	}
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
+		t.Fatalf("finalizer removed with pods attached: %v", n.Finalizers)
+	}
+
+	// Another node still has a pod: this node's pods leave, the finalizer stays.
+	n = f.refresh("web")
+	n.Status.Nodes = append(n.Status.Nodes, v1.NetworkNodeStatus{NodeName: "node-b", Ready: true, Attachments: 1})
+	if _, err := f.client.SamplecrdV1().Networks("team").UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n = f.refresh("web")
+	n.DeletionTimestamp = &now
+	_ = f.indexer.Update(n)
+	f.backend.SetPorts("team/web")
+	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
+		t.Fatalf("sync with pods on another node: %s, %v", result, err)
+	}
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
+		t.Fatalf("finalizer removed while node-b reports a pod: %v", n.Finalizers)
+	}
+
+	// node-b's pod leaves too: released.
+	n = f.refresh("web")
+	for i := range n.Status.Nodes {
+		if n.Status.Nodes[i].NodeName == "node-b" {
+			n.Status.Nodes[i].Attachments = 0
+		}
+	}
+	if _, err := f.client.SamplecrdV1().Networks("team").UpdateStatus(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n = f.refresh("web")
+	n.DeletionTimestamp = &now
+	_ = f.indexer.Update(n)
+	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
+		t.Fatalf("sync with no pods anywhere: %s, %v", result, err)
+	}
+	if n := f.refresh("web"); slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
+		t.Fatalf("finalizer kept with no pods attached anywhere: %v", n.Finalizers)
+	}
+}
+
+// TestUnreadableNodeKeepsTheFinalizer: a node that cannot tell whether pods are attached does not
+// release a Network being deleted.
+func TestUnreadableNodeKeepsTheFinalizer(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	n := f.refresh("web")
+	now := metav1.Now()
+	n.DeletionTimestamp = &now
+	if err := f.indexer.Update(n); err != nil {
+		t.Fatal(err)
+	}
+	f.backend.SetFailure("team/web", errors.New("netlink: no buffer space"))
+	if _, err := f.sync("team/web"); err == nil {
+		t.Fatal("sync succeeded although the node could not be read")
+	}
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
+		t.Fatalf("finalizer removed without knowing the node's attachments: %v", n.Finalizers)
+	}
+}
+
+// TestReleaseWaitsForLeases: a runtime's DEL removes the pod's veth before host-local releases
+// its address; a Network being deleted whose last port went but whose addresses are still leased
+// waits for the leases (up to LeaseGrace), so that its removal does not race the DEL and leave
+// host-local's directory behind. Past the grace, leases that never go do not hold it forever.
+func TestReleaseWaitsForLeases(t *testing.T) {
+	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	f.backend.SetPorts("team/web", "veth1")
+	f.backend.SetLeases("team/web", "10.1.0.2")
+	n := f.refresh("web")
+	now := metav1.Now()
+	n.DeletionTimestamp = &now
+	if err := f.indexer.Update(n); err != nil {
+		t.Fatal(err)
+	}
+	deleting := func() {
+		t.Helper()
+		n := f.refresh("web")
+		n.DeletionTimestamp = &now
+		if err := f.indexer.Update(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The veth is gone, the lease not yet: kept, and the status names the lease.
+	f.backend.SetPorts("team/web")
+	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
+		t.Fatalf("sync with a lease left: %s, %v", result, err)
+	}
+	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
+		t.Fatalf("released while host-local still leases 10.1.0.2: %v", n.Finalizers)
+	}
+	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || !strings.Contains(applied[0].Message, "10.1.0.2") {
+		t.Fatalf("status while the lease is held: %+v", applied)
+	}
+	// Rechecks while the lease is held write nothing new.
+	deleting()
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if applied := f.statusApplies(); len(applied) != 0 {
+		t.Fatalf("a recheck with the same lease rewrote the status: %+v", applied)
+	}
+	// The DEL finishes: released.
+	f.backend.SetLeases("team/web")
+	deleting()
+	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
+		t.Fatalf("sync with no lease left: %s, %v", result, err)
+	}
+	if n := f.refresh("web"); slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
+		t.Fatalf("kept with no pods and no leases: %v", n.Finalizers)
+	}
+
+	// A lease that never goes (a DEL that never finished) holds the Network only for the grace.
+	g := newFixture(t, network("db", "10.2.0.0/24", "10.2.0.1", 1))
+	fakeClock := testingclock.NewFakePassiveClock(time.Now())
+	g.controller.clock = fakeClock
+	if _, err := g.sync("team/db"); err != nil {
+		t.Fatal(err)
+	}
+	g.backend.SetLeases("team/db", "10.2.0.5")
+	for i := range 2 { // the first sync waits, the second comes after the grace
+		n := g.refresh("db")
+		n.DeletionTimestamp = &now
+		if err := g.indexer.Update(n); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			fakeClock.SetTime(fakeClock.Now().Add(g.controller.opts.LeaseGrace))
+		}
+		if _, err := g.sync("team/db"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := g.refresh("db"); slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
+		t.Fatalf("a lease that never goes held the Network past the grace: %v", n.Finalizers)
+	}
+}

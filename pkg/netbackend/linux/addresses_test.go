@@ -1,0 +1,98 @@
+package linux
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+func TestGatewayInUseElsewhere(t *testing.T) {
+	e := newEnv(t)
+	e.ns.addVeth(t, "inuse0", "inuse1", "10.99.0.1/24")
+	d := desired4("default/net1")
+	changes, _, err := e.b.Ensure(context.Background(), d)
+	if netbackend.ReasonOf(err) != netbackend.ReasonAddressInUse {
+		t.Fatalf("Ensure: %v, want reason %s", err, netbackend.ReasonAddressInUse)
+	}
+	if !strings.Contains(err.Error(), "inuse0") {
+		t.Errorf("message %q should name the interface holding the address", err)
+	}
+	if !hasChange(changes, "created bridge") {
+		t.Errorf("changes so far %q should include the bridge", changes)
+	}
+	if addrs := e.ns.globalAddrs(t, netbackend.BridgeName(d.Key)); len(addrs) != 0 {
+		t.Errorf("bridge got addresses %v", addrs)
+	}
+	if got := e.ns.globalAddrs(t, "inuse0"); !slices.Equal(got, []netip.Prefix{netip.MustParsePrefix("10.99.0.1/24")}) {
+		t.Errorf("the other interface's addresses changed: %v", got)
+	}
+	// Once the address is free, Ensure completes.
+	if err := e.ns.nl.LinkDel(e.ns.link(t, "inuse0")); err != nil {
+		t.Fatal(err)
+	}
+	if changes := e.ensure(d); !hasChange(changes, "added address 10.99.0.1/24") {
+		t.Errorf("changes once the address is free: %q", changes)
+	}
+}
+
+func TestIPv6Network(t *testing.T) {
+	e := newEnv(t)
+	d := netbackend.Desired{
+		Key:     "default/v6",
+		Prefix:  netip.MustParsePrefix("fd00:99::/64"),
+		Gateway: netip.MustParseAddr("fd00:99::1"),
+	}
+	bridge := netbackend.BridgeName(d.Key)
+	e.ensure(d)
+
+	gw := netip.MustParsePrefix("fd00:99::1/64")
+	if got := e.ns.globalAddrs(t, bridge); !slices.Equal(got, []netip.Prefix{gw}) {
+		t.Fatalf("addresses %v, want %v", got, gw)
+	}
+	l := e.ns.link(t, bridge)
+	addrs, err := e.ns.nl.AddrList(l, netlink.FAMILY_V6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if a.IP.Equal(net.ParseIP("fd00:99::1")) && a.Flags&unix.IFA_F_TENTATIVE != 0 {
+			t.Errorf("gateway is tentative (flags %#x); it should be usable at once", a.Flags)
+		}
+	}
+	conf := parseConf(t, mustRead(t, ConfPath(e.confDir, d.Key)))
+	if r := conf.Bridge.IPAM.Ranges[0][0]; r != (rangeConf{Subnet: "fd00:99::/64", Gateway: "fd00:99::1"}) {
+		t.Errorf("IPAM range %+v", r)
+	}
+	if len(conf.Bridge.IPAM.Routes) != 1 || conf.Bridge.IPAM.Routes[0].Dst != "::/0" {
+		t.Errorf("IPAM routes %+v", conf.Bridge.IPAM.Routes)
+	}
+
+	// The kernel gives the bridge, now up, an IPv6 link-local address: not ours to remove, so
+	// the resync still changes nothing.
+	if changes := e.ensure(d); len(changes) != 0 {
+		t.Fatalf("second Ensure changed %q", changes)
+	}
+	a, err := e.b.Observe(context.Background(), d.Key)
+	if err != nil || a == nil || !slices.Equal(a.Addresses, []netip.Prefix{gw}) {
+		t.Fatalf("Observe = %+v, %v", a, err)
+	}
+
+	// Moving the Network from IPv4 to IPv6 swaps the addresses.
+	v4 := desired4(d.Key)
+	changes := e.ensure(v4)
+	if !hasChange(changes, "removed stale address fd00:99::1/64") || !hasChange(changes, "added address 10.99.0.1/24") {
+		t.Errorf("changes from IPv6 to IPv4: %q", changes)
+	}
+	changes = e.ensure(d)
+	if !hasChange(changes, "removed stale address 10.99.0.1/24") || !hasChange(changes, "added address fd00:99::1/64") {
+		t.Errorf("changes from IPv4 to IPv6: %q", changes)
+	}
+}

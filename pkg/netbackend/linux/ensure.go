@@ -1,0 +1,205 @@
+package linux
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// Observe implements netbackend.Backend. An interface or file with our name that is not ours
+// is not reported (Ensure reports it).
+func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, error) {
+	if key == "" {
+		return nil, netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	name := netbackend.BridgeName(key)
+	var actual *netbackend.Actual
+	link, err := b.linkByName(name)
+	if err != nil {
+		return nil, fail(err, "looking up bridge %s of network %s", name, key)
+	}
+	if link != nil && isOurs(link, key) {
+		addrs, err := b.bridgeAddrs(link)
+		if err != nil {
+			return nil, fail(err, "listing the addresses of bridge %s", name)
+		}
+		a := link.Attrs()
+		links, err := dump(b.h.LinkList)
+		if err != nil {
+			return nil, fail(err, "listing links")
+		}
+		ports := portsOf(links, a.Index)
+		actual = &netbackend.Actual{Key: key, Bridge: name, Addresses: addrs, Up: a.Flags&net.FlagUp != 0, MTU: a.MTU,
+			Ports: sortedNames(ports)}
+		b.remember(key, name, a.Index)
+		b.rememberPorts(key, ports)
+	}
+	content, state, err := readConfig(b.cfg.CNIConfDir, key)
+	if err != nil {
+		return nil, fail(err, "reading the CNI configuration of network %s", key)
+	}
+	if state == confOurs {
+		if actual == nil {
+			actual = &netbackend.Actual{Key: key}
+		}
+		actual.CNIConfig = content
+	}
+	leases, dir, err := b.leases(key)
+	if err != nil {
+		return nil, fail(err, "reading host-local's leases of network %s", key)
+	}
+	if dir && actual == nil {
+		actual = &netbackend.Actual{Key: key} // only host-local's directory is left: Remove cleans it
+	}
+	if actual != nil {
+		actual.Leases = leases
+	}
+	return actual, nil
+}
+
+// Ensure implements netbackend.Backend. It first checks that neither the bridge name nor the
+// configuration file is taken by something not ours, then creates or repairs the bridge
+// (stale addresses removed before the gateway is added, MTU, up) and rewrites the configuration
+// when its content differs, and last attaches lost ports again, whose link list gives the
+// bridge's ports in the Outcome. On an error it returns the changes made so far with it.
+func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, netbackend.Outcome, error) {
+	if err := validate(d); err != nil {
+		return nil, netbackend.Outcome{}, err
+	}
+	mtu := d.EffectiveMTU()
+	name := netbackend.BridgeName(d.Key)
+	confPath := ConfPath(b.cfg.CNIConfDir, d.Key)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+
+	link, err := b.linkByName(name)
+	if err != nil {
+		return nil, netbackend.Outcome{}, fail(err, "looking up bridge %s of network %s", name, d.Key)
+	}
+	existing, state, err := readConfig(b.cfg.CNIConfDir, d.Key)
+	if err != nil {
+		return nil, netbackend.Outcome{}, fail(err, "reading the CNI configuration of network %s", d.Key)
+	}
+	if state == confForeign {
+		return nil, netbackend.Outcome{}, netbackend.Errorf(netbackend.ReasonNotOurs,
+			"CNI configuration %s exists and does not record network %s in %q; leaving it alone", confPath, d.Key, KeyField)
+	}
+	created := (link == nil || !isOurs(link, d.Key)) && state != confOurs
+	// A new gateway waits while pods are attached: each has the configured one as its default
+	// route (from its CNI ADD), and moving the address off the bridge would cut them off.
+	var blocked error
+	if old, ok := configuredGateway(existing); state == confOurs && ok && old != d.Gateway && d.Prefix.Contains(old) {
+		attached, err := b.attachedPorts(link, d.Key)
+		if err != nil {
+			return nil, netbackend.Outcome{}, fail(err, "listing links")
+		}
+		if len(attached) > 0 {
+			blocked = netbackend.Errorf(netbackend.ReasonGatewayChangeBlocked,
+				"gateway of network %s moves from %s to %s, but %d pod(s) attached to bridge %s (%s) have %s as their default route; the node keeps %s until they are detached",
+				d.Key, old, d.Gateway, len(attached), name, strings.Join(attached, ", "), old, old)
+			d.Gateway = old
+		}
+	}
+	adopt := false
+	if link != nil && !isOurs(link, d.Key) {
+		if adopt, err = b.adoptable(link, d); err != nil {
+			return nil, netbackend.Outcome{}, fail(err, "listing the addresses of %s", name)
+		} else if !adopt {
+			return nil, netbackend.Outcome{}, b.notOurs(link, d.Key)
+		}
+	}
+
+	// The bridge's MAC: the one the configuration records (what the pods' neighbour entries and
+	// CNI results hold), restored after a repair or a change by hand. An adopted bridge keeps the
+	// MAC the pods attached to it already know, as does a bridge of ours from before MACs were
+	// recorded; a new bridge gets netbackend.BridgeMAC. Either is then recorded.
+	mac, recorded := recordedMAC(existing)
+	pin := false
+	if link != nil && len(link.Attrs().HardwareAddr) == 6 &&
+		(adopt || (!recorded && !bytes.Equal(link.Attrs().HardwareAddr, netbackend.BridgeMAC(d.Key)))) {
+		mac, pin = slices.Clone(link.Attrs().HardwareAddr), true
+	} else if !recorded {
+		mac = netbackend.BridgeMAC(d.Key)
+	}
+	conf, err := renderConfig(d, b.cfg.IPAMDataDir, mac)
+	if err != nil {
+		return nil, netbackend.Outcome{}, netbackend.Errorf(netbackend.ReasonBackendError, "%v", err)
+	}
+
+	var changes []string
+	if adopt {
+		if err := b.h.LinkSetAlias(link, Alias(d.Key)); err != nil {
+			return nil, netbackend.Outcome{}, fail(err, "marking bridge %s as network %s's", name, d.Key)
+		}
+		changes = append(changes, fmt.Sprintf("%s%s: it had no alias and exactly the gateway %s, as the CNI bridge plugin creates it; marked it with alias %q",
+			netbackend.AdoptedPrefix, name, netip.PrefixFrom(d.Gateway, d.Prefix.Bits()), Alias(d.Key)))
+		if link, err = b.linkByName(name); err == nil && link == nil {
+			err = errors.New("it vanished")
+		}
+		if err != nil {
+			return changes, netbackend.Outcome{}, fail(err, "looking up adopted bridge %s", name)
+		}
+	}
+	if link == nil {
+		var made []string
+		link, made, err = b.createBridge(name, d.Key, mtu, mac)
+		changes = append(changes, made...)
+		if err != nil {
+			return changes, netbackend.Outcome{}, err
+		}
+	}
+	attrs := link.Attrs()
+	b.remember(d.Key, name, attrs.Index)
+
+	if pin || !bytes.Equal(attrs.HardwareAddr, mac) {
+		// Set explicitly, a bridge's MAC no longer follows its ports.
+		if err := b.h.LinkSetHardwareAddr(link, mac); err != nil {
+			return changes, netbackend.Outcome{}, fail(err, "setting the MAC of bridge %s to %s", name, mac)
+		}
+		if pin {
+			changes = append(changes, fmt.Sprintf("fixed MAC of %s at %s, the one its pods know", name, mac))
+		} else {
+			changes = append(changes, fmt.Sprintf("set MAC of %s from %s to %s", name, attrs.HardwareAddr, mac))
+		}
+	}
+
+	addrChanges, err := b.ensureAddress(link, d)
+	changes = append(changes, addrChanges...)
+	if err != nil {
+		return changes, netbackend.Outcome{}, err
+	}
+	if attrs.MTU != mtu {
+		if err := b.h.LinkSetMTU(link, mtu); err != nil {
+			return changes, netbackend.Outcome{}, fail(err, "setting the MTU of bridge %s to %d", name, mtu)
+		}
+		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", name, attrs.MTU, mtu))
+	}
+	if attrs.Flags&net.FlagUp == 0 {
+		if err := b.h.LinkSetUp(link); err != nil {
+			return changes, netbackend.Outcome{}, fail(err, "setting bridge %s up", name)
+		}
+		changes = append(changes, fmt.Sprintf("set %s up", name))
+	}
+	if !bytes.Equal(existing, conf) {
+		if err := writeFileAtomic(confPath, conf); err != nil {
+			return changes, netbackend.Outcome{}, fail(err, "writing CNI configuration %s", confPath)
+		}
+		changes = append(changes, fmt.Sprintf("wrote CNI configuration %s", confPath))
+	}
+	portChanges, ports, err := b.ensurePorts(link, d.Key)
+	changes = append(changes, portChanges...)
+	if err == nil {
+		err = blocked
+	}
+	return changes, netbackend.Outcome{Created: created, Ports: ports}, err
+}

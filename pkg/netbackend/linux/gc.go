@@ -1,0 +1,104 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"slices"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// Remove implements netbackend.Backend: it deletes key's bridge and configuration if they are
+// ours and leaves anything else with their names alone.
+func (b *Backend) Remove(_ context.Context, key string) error {
+	if key == "" {
+		return netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
+	}
+	name := netbackend.BridgeName(key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	link, err := b.linkByName(name)
+	if err != nil {
+		return fail(err, "looking up bridge %s of network %s", name, key)
+	}
+	if link != nil && isOurs(link, key) {
+		if err := b.h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+			return fail(err, "deleting bridge %s of network %s", name, key)
+		}
+	}
+	staged, err := b.linkByName(stagingName(key))
+	if err != nil {
+		return fail(err, "looking up %s", stagingName(key))
+	}
+	if staged != nil && isStaged(staged, key) {
+		if err := b.h.LinkDel(staged); err != nil && !errors.Is(err, unix.ENODEV) {
+			return fail(err, "deleting %s of network %s", stagingName(key), key)
+		}
+	}
+	_, state, err := readConfig(b.cfg.CNIConfDir, key)
+	if err != nil {
+		return fail(err, "reading the CNI configuration of network %s", key)
+	}
+	if state == confOurs {
+		path := ConfPath(b.cfg.CNIConfDir, key)
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fail(err, "removing CNI configuration %s", path)
+		}
+		if err := syncDir(b.cfg.CNIConfDir); err != nil {
+			return fail(err, "syncing %s", b.cfg.CNIConfDir)
+		}
+	}
+	// host-local's reservations for the network: without the configuration no runtime can DEL
+	// against it any more, so whatever is left there is a leak.
+	leases := b.leaseDir(key)
+	if _, err := os.Lstat(leases); err == nil {
+		if err := os.RemoveAll(leases); err != nil {
+			return fail(err, "removing host-local's leftover reservations %s", leases)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fail(err, "looking at host-local's reservations %s", leases)
+	}
+	b.forget(key)
+	return nil
+}
+
+// List implements netbackend.Backend: the keys in the aliases of our bridges (including one
+// left under its staging name) and in our configuration lists, sorted.
+func (b *Backend) List(context.Context) ([]string, error) {
+	b.mu.Lock()
+	links, err := dump(b.h.LinkList)
+	b.mu.Unlock()
+	if err != nil {
+		return nil, fail(err, "listing links")
+	}
+	var keys []string
+	for _, l := range links {
+		key, ok := KeyOfAlias(l.Attrs().Alias)
+		switch {
+		case ok && isOurs(l, key):
+			keys = append(keys, key)
+			b.remember(key, l.Attrs().Name, l.Attrs().Index)
+		case ok && isStaged(l, key):
+			keys = append(keys, key) // left by an interrupted creation; Remove deletes it
+		}
+	}
+	confKeys, err := listConfigKeys(b.cfg.CNIConfDir)
+	if err != nil {
+		return nil, fail(err, "listing CNI configurations in %s", b.cfg.CNIConfDir)
+	}
+	for _, key := range confKeys {
+		b.remember(key, netbackend.BridgeName(key), 0)
+	}
+	keys = append(keys, confKeys...)
+	leaseKeys, err := b.leaseDirKeys()
+	if err != nil {
+		return nil, fail(err, "listing host-local's data directory %s", b.ipamDataDir())
+	}
+	keys = append(keys, leaseKeys...)
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
+}

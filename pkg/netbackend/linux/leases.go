@@ -1,0 +1,77 @@
+package linux
+
+import (
+	"errors"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// leaseHolder returns the container ID to which host-local leased ip in key's network, "" when
+// none: host-local records a lease as a file named by the address in its network's directory.
+func (b *Backend) leaseHolder(key string, ip netip.Addr) string {
+	content, err := os.ReadFile(filepath.Join(b.leaseDir(key), ip.String()))
+	if err != nil {
+		return ""
+	}
+	if id, _, _ := strings.Cut(strings.TrimSpace(string(content)), "\n"); strings.TrimSpace(id) != "" {
+		return strings.TrimSpace(id)
+	}
+	return "(unknown container)"
+}
+
+// ipamDataDir is host-local's data directory: one directory per network name.
+func (b *Backend) ipamDataDir() string {
+	if b.cfg.IPAMDataDir != "" {
+		return b.cfg.IPAMDataDir
+	}
+	return DefaultIPAMDataDir
+}
+
+// leaseDir is the directory in which host-local records key's leases.
+func (b *Backend) leaseDir(key string) string {
+	return filepath.Join(b.ipamDataDir(), NetworkName(key))
+}
+
+// leases returns the addresses host-local holds for key (a file named by each address), sorted,
+// and whether host-local has a directory for key at all (it keeps one, with its lock file,
+// after the last lease went).
+func (b *Backend) leases(key string) ([]string, bool, error) {
+	entries, err := os.ReadDir(b.leaseDir(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var out []string
+	for _, e := range entries {
+		if _, err := netip.ParseAddr(e.Name()); err == nil && e.Type().IsRegular() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, true, nil // ReadDir sorts by name
+}
+
+// leaseDirKeys returns the keys of the networks that have a directory of ours in host-local's
+// data directory (named by NetworkName, so only names it can map back are recognised).
+func (b *Backend) leaseDirKeys() ([]string, error) {
+	entries, err := readDirIfExists(b.ipamDataDir())
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "samplecrd_")
+		namespace, name, found := strings.Cut(rest, "_")
+		if !ok || !found || !e.IsDir() {
+			continue
+		}
+		if key := namespace + "/" + name; NetworkName(key) == e.Name() {
+			keys = append(keys, key)
+		}
+	}
+	return keys, nil
+}

@@ -1,0 +1,181 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+func (b *Backend) remember(key, name string, index int) {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	b.names[name] = key
+	if index > 0 {
+		b.indexes[index] = key
+	}
+}
+
+func (b *Backend) forget(key string) {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	delete(b.names, netbackend.BridgeName(key))
+	for i, k := range b.indexes {
+		if k == key {
+			delete(b.indexes, i)
+		}
+	}
+	b.setPortsLocked(key, nil)
+}
+
+// setPortsLocked replaces what is remembered of key's ports. knownMu must be held.
+func (b *Backend) setPortsLocked(key string, ports map[int]string) {
+	for i := range b.ports[key] {
+		if b.portKeys[i] == key {
+			delete(b.portKeys, i)
+		}
+	}
+	if len(ports) == 0 {
+		delete(b.ports, key)
+		return
+	}
+	b.ports[key] = ports
+	for i := range ports {
+		b.portKeys[i] = key
+	}
+}
+
+// rememberPorts records ports as key's, in addition to what is remembered.
+func (b *Backend) rememberPorts(key string, ports map[int]string) {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	merged := map[int]string{}
+	for i, n := range b.ports[key] {
+		merged[i] = n
+	}
+	for i, n := range ports {
+		merged[i] = n
+	}
+	b.setPortsLocked(key, merged)
+}
+
+// rememberedPorts returns a copy of what is remembered of key's ports.
+func (b *Backend) rememberedPorts(key string) map[int]string {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	out := map[int]string{}
+	for i, n := range b.ports[key] {
+		out[i] = n
+	}
+	return out
+}
+
+// portsOf returns the ports of the bridge with index bridge (index -> name), from links.
+func portsOf(links []netlink.Link, bridge int) map[int]string {
+	ports := map[int]string{}
+	for _, l := range links {
+		if a := l.Attrs(); a.MasterIndex == bridge && a.Index != bridge {
+			ports[a.Index] = a.Name
+		}
+	}
+	return ports
+}
+
+// sortedNames returns the names of ports, sorted.
+func sortedNames(ports map[int]string) []string {
+	names := make([]string, 0, len(ports))
+	for _, n := range ports {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// attachedPorts returns the names of the ports of link (nil: none yet) and of the remembered
+// ports of key that exist without a master (to be attached again): the pods on the bridge.
+func (b *Backend) attachedPorts(link netlink.Link, key string) ([]string, error) {
+	links, err := dump(b.h.LinkList)
+	if err != nil {
+		return nil, err
+	}
+	ports := map[int]string{}
+	if link != nil {
+		ports = portsOf(links, link.Attrs().Index)
+	}
+	remembered := b.rememberedPorts(key)
+	for _, l := range links {
+		a := l.Attrs()
+		if n, ok := remembered[a.Index]; ok && n == a.Name && a.MasterIndex == 0 {
+			ports[a.Index] = a.Name
+		}
+	}
+	return sortedNames(ports), nil
+}
+
+// ensurePorts attaches again the ports key's bridge had and lost (the bridge was deleted and
+// recreated, or a port was detached by hand): each remembered port that still exists with its
+// name and has no master is made a port again, with hairpin mode as the configuration asks.
+// A remembered port now enslaved elsewhere is ReasonPortsDetached: its pod is cut off. It
+// returns the changes and the names of the bridge's ports afterwards.
+func (b *Backend) ensurePorts(link netlink.Link, key string) ([]string, []string, error) {
+	name, index := link.Attrs().Name, link.Attrs().Index
+	links, err := dump(b.h.LinkList)
+	if err != nil {
+		return nil, nil, fail(err, "listing links")
+	}
+	current := portsOf(links, index)
+	attached := maps.Clone(current)
+	byIndex := map[int]netlink.Link{}
+	for _, l := range links {
+		byIndex[l.Attrs().Index] = l
+	}
+	var changes, detached []string
+	var failure error
+	for i, portName := range b.rememberedPorts(key) {
+		if _, ok := current[i]; ok {
+			continue
+		}
+		port, ok := byIndex[i]
+		if !ok || port.Attrs().Name != portName {
+			continue // gone (the pod was deleted): forgotten below
+		}
+		if port.Attrs().MasterIndex != 0 {
+			detached = append(detached, portName)
+			current[i] = portName // still remembered: it may come back
+			continue
+		}
+		if err := b.h.LinkSetMaster(port, link); err != nil {
+			if errors.Is(err, unix.ENODEV) {
+				continue
+			}
+			failure = fail(err, "attaching port %s to bridge %s again", portName, name)
+			current[i] = portName
+			continue
+		}
+		if err := b.h.LinkSetHairpin(port, true); err != nil && !errors.Is(err, unix.ENODEV) {
+			failure = fail(err, "setting hairpin mode on port %s of bridge %s", portName, name)
+		}
+		current[i], attached[i] = portName, portName
+		changes = append(changes, fmt.Sprintf("attached port %s to %s again", portName, name))
+	}
+	b.knownMu.Lock()
+	b.setPortsLocked(key, current)
+	b.knownMu.Unlock()
+	slices.Sort(changes)
+	if failure != nil {
+		return changes, sortedNames(attached), failure
+	}
+	if len(detached) > 0 {
+		slices.Sort(detached)
+		return changes, sortedNames(attached), netbackend.Errorf(netbackend.ReasonPortsDetached,
+			"ports %s of bridge %s (network %s) are attached to another master; their pods are cut off from the network",
+			strings.Join(detached, ", "), name, key)
+	}
+	return changes, sortedNames(attached), nil
+}
