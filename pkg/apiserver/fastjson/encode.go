@@ -127,6 +127,14 @@ func (f *fields) key(k string) {
 	f.b = append(f.b, '"', ':')
 }
 
+// str writes key k with the string v, unless v is empty (omitempty).
+func (f *fields) str(k, v string) {
+	if v != "" {
+		f.key(k)
+		f.b = appendString(f.b, v)
+	}
+}
+
 // list writes key and items as a JSON array, each item by item.
 func list[T any](f *fields, key string, items []T, item func([]byte, *T) []byte) {
 	f.key(key)
@@ -158,18 +166,12 @@ func appendTypeMeta(b []byte, t *metav1.TypeMeta) []byte {
 
 func appendObjectMeta(b []byte, m *metav1.ObjectMeta) ([]byte, error) {
 	f := fields{b: append(b, '{')}
-	str := func(k, v string) {
-		if v != "" {
-			f.key(k)
-			f.b = appendString(f.b, v)
-		}
-	}
-	str("name", m.Name)
-	str("generateName", m.GenerateName)
-	str("namespace", m.Namespace)
-	str("selfLink", m.SelfLink)
-	str("uid", string(m.UID))
-	str("resourceVersion", m.ResourceVersion)
+	f.str("name", m.Name)
+	f.str("generateName", m.GenerateName)
+	f.str("namespace", m.Namespace)
+	f.str("selfLink", m.SelfLink)
+	f.str("uid", string(m.UID))
+	f.str("resourceVersion", m.ResourceVersion)
 	if m.Generation != 0 {
 		f.key("generation")
 		f.b = strconv.AppendInt(f.b, m.Generation, 10)
@@ -239,20 +241,14 @@ func appendOwnerReference(b []byte, r *metav1.OwnerReference) []byte {
 
 func appendManagedFields(b []byte, e *metav1.ManagedFieldsEntry) ([]byte, error) {
 	f := fields{b: append(b, '{')}
-	str := func(k, v string) {
-		if v != "" {
-			f.key(k)
-			f.b = appendString(f.b, v)
-		}
-	}
-	str("manager", e.Manager)
-	str("operation", string(e.Operation))
-	str("apiVersion", e.APIVersion)
+	f.str("manager", e.Manager)
+	f.str("operation", string(e.Operation))
+	f.str("apiVersion", e.APIVersion)
 	if e.Time != nil {
 		f.key("time")
 		f.b = appendTime(f.b, *e.Time)
 	}
-	str("fieldsType", e.FieldsType)
+	f.str("fieldsType", e.FieldsType)
 	if e.FieldsV1 != nil {
 		f.key("fieldsV1")
 		raw := e.FieldsV1.GetRawBytes()
@@ -268,7 +264,7 @@ func appendManagedFields(b []byte, e *metav1.ManagedFieldsEntry) ([]byte, error)
 			f.b = append(f.b, j...)
 		}
 	}
-	str("subresource", e.Subresource)
+	f.str("subresource", e.Subresource)
 	return append(f.b, '}'), nil
 }
 
