@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,9 +20,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
+	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
-var repoRoot = func() string { d, _ := filepath.Abs("../.."); return d }()
+var repoRoot = func() string { d, _ := localcluster.RepoRoot(); return d }()
 
 // tool returns the path of a binary built by make (KUBECTL / SERVER override).
 func tool(t *testing.T, env, name string) string {
@@ -44,27 +44,17 @@ type standalone struct {
 	kubeconfig string
 	url        string
 	log        *bytes.Buffer
+	local      *localcluster.Cluster // set by localCluster: the scripts' cluster
 }
 
+// freePort is a free loopback port.
 func freePort(t *testing.T) int {
 	t.Helper()
-	return freePorts(t, 1)[0]
-}
-
-// freePorts returns n distinct free loopback ports. The listeners stay open until all n are
-// picked: closed one by one, the kernel may hand out the same port twice.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+	ports, err := localcluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ports
+	return ports[0]
 }
 
 func startStandalone(t *testing.T, args ...string) *standalone {
