@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -33,6 +34,21 @@ func (c *cluster) script(ctx context.Context, arg string) error {
 	cmd := c.Command(ctx, "local-up-cluster.sh", arg)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	return cmd.Run()
+}
+
+// stopCluster stops the cluster, first keeping its logs in the output dir if the run failed.
+func (b *bench) stopCluster(cl *cluster) {
+	if len(b.res.Errors) > 0 {
+		logs := filepath.Join(b.cfg.Out, "logs-"+b.res.Started.Format("20060102-150405"))
+		if err := os.MkdirAll(logs, 0o755); err == nil {
+			cl.SaveLogs(logs)
+			fmt.Fprintf(os.Stderr, "bench: server logs saved in %s\n", logs)
+		}
+	}
+	fmt.Fprintln(os.Stderr, "bench: stopping the cluster")
+	if err := cl.down(); err != nil {
+		b.res.Errors = append(b.res.Errors, "cluster-down: "+err.Error())
+	}
 }
 
 func (c *cluster) up(ctx context.Context) error { return c.script(ctx, "up") }

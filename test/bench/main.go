@@ -270,16 +270,6 @@ func run(ctx context.Context, cfg config) int {
 	if runErr != nil {
 		b.res.Errors = append(b.res.Errors, "run stopped: "+runErr.Error())
 	}
-	if len(b.res.Errors) > 0 {
-		logs := filepath.Join(cfg.Out, "logs-"+b.res.Started.Format("20060102-150405"))
-		if err := os.MkdirAll(logs, 0o755); err == nil {
-			cl.SaveLogs(logs)
-			fmt.Fprintf(os.Stderr, "bench: server logs saved in %s\n", logs)
-		}
-	}
-	fmt.Fprintln(os.Stderr, "bench: stopping the cluster")
-	if err := cl.down(); err != nil {
-		b.res.Errors = append(b.res.Errors, "cluster-down: "+err.Error())
-	}
+	b.stopCluster(cl)
 	return b.report()
 }

@@ -167,19 +167,7 @@ func (b *bench) scaleCRD(ctx context.Context, root string, target int, budget in
 	}
 	res := &scaleResult{Target: target, BudgetBytes: budget, Processes: []string{"kube-apiserver", "etcd"}}
 	step("CRD: starting etcd and kube-apiserver (hack/local-up-cluster.sh, state in %s)", cl.State)
-	defer func() {
-		if len(b.res.Errors) > 0 {
-			logs := filepath.Join(b.cfg.Out, "logs-"+b.res.Started.Format("20060102-150405"))
-			if err := os.MkdirAll(logs, 0o755); err == nil {
-				cl.SaveLogs(logs)
-				fmt.Fprintf(os.Stderr, "bench: server logs saved in %s\n", logs)
-			}
-		}
-		fmt.Fprintln(os.Stderr, "bench: stopping the cluster")
-		if err := cl.down(); err != nil {
-			b.res.Errors = append(b.res.Errors, "cluster-down: "+err.Error())
-		}
-	}()
+	defer b.stopCluster(cl)
 	if err := cl.up(ctx); err != nil {
 		return res, fmt.Errorf("cluster-up: %w", err)
 	}

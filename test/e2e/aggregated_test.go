@@ -14,7 +14,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 	"github.com/samplecrd/network-apiserver/test/localcluster"
@@ -128,10 +127,7 @@ func TestAggregatedThroughKubeAPIServer(t *testing.T) {
 	})
 
 	// Protobuf through the aggregator, with the admin kubeconfig's credentials.
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := c.restConfig(t)
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -21,11 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/clientcmd"
 
 	samplecrdv1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/certs"
-	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
 
@@ -180,14 +178,7 @@ spec:
 	c.kubectl(t, "wait", "--for=condition=Available", "--timeout=180s", "apiservice/v1.samplecrd.k8s.io", "apiservice/v1beta1.samplecrd.k8s.io")
 	t.Logf("kubectl apply -k to APIServices Available: %s", time.Since(start).Round(time.Millisecond))
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := versioned.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := c.clientset(t)
 	networks := client.SamplecrdV1().Networks("default")
 
 	t.Run("EtcdWithTLS", func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
@@ -97,6 +98,26 @@ func startStandalone(t *testing.T, args ...string) *standalone {
 		t.Fatalf("network-apiserver not ready: %v\n%s", err, tail(s.log))
 	}
 	return s
+}
+
+// restConfig is the client configuration of the admin kubeconfig.
+func (s *standalone) restConfig(t *testing.T) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// clientset is a typed client with the admin credentials.
+func (s *standalone) clientset(t *testing.T) versioned.Interface {
+	t.Helper()
+	client, err := versioned.NewForConfig(s.restConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }
 
 func tail(b *bytes.Buffer) string {
@@ -197,10 +218,7 @@ func TestStandaloneWithKubectl(t *testing.T) {
 		t.Errorf("a rejected Network was stored:\n%s", out)
 	}
 	// Raw discovery with the admin credentials, like the README's curl lines.
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := s.restConfig(t)
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)
