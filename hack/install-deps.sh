@@ -6,6 +6,8 @@
 #   node     - containerd, runc, iptables, nftables and conntrack for the local cluster's real nodes
 #              (hack/local-up-nodes.sh)
 set -o errexit -o nounset -o pipefail
+# shellcheck source=lib/logging.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/logging.sh"
 need=()
 for what in "$@"; do
   case "${what}" in
@@ -21,11 +23,11 @@ for what in "$@"; do
       command -v conntrack >/dev/null || need+=(conntrack)
       command -v openssl >/dev/null || need+=(openssl)
       ;;
-    *) echo "install-deps: unknown dependency ${what}" >&2; exit 2 ;;
+    *) log "unknown dependency ${what}"; exit 2 ;;
   esac
 done
 [ "${#need[@]}" -eq 0 ] && exit 0
 sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
-echo "installing Debian packages: ${need[*]}"
+info "installing Debian packages: ${need[*]}"
 ${sudo} apt-get update -qq
 DEBIAN_FRONTEND=noninteractive ${sudo} apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

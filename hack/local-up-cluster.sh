@@ -38,23 +38,18 @@
 # it again the same way (writing the new pid back for cluster-down).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BIN=${BIN:-$ROOT/_output/bin}
-STATE=${LOCAL_CLUSTER_DIR:-$ROOT/_output/local-cluster}
-# shellcheck source=lib/pki.sh
-source "$ROOT/hack/lib/pki.sh"
-ETCD_PORT=${ETCD_PORT:-32379}
-ETCD_PEER_PORT=${ETCD_PEER_PORT:-32380}
-APISERVER_PORT=${APISERVER_PORT:-16443}
-NETWORK_APISERVER_PORT=${NETWORK_APISERVER_PORT:-8443}
+# shellcheck source=lib/init.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/init.sh"
+# shellcheck source=lib/cluster.sh
+source "$ROOT/hack/lib/cluster.sh"
 NETWORK_APISERVER_ARGS=${NETWORK_APISERVER_ARGS:-}
 KUBE_CONTROLLER_MANAGER=${KUBE_CONTROLLER_MANAGER:-true}
 KUBE_APISERVER_ARGS=${KUBE_APISERVER_ARGS:-}
 KUBE_CONTROLLER_MANAGER_ARGS=${KUBE_CONTROLLER_MANAGER_ARGS:-}
 ETCD_MEMBERS=${ETCD_MEMBERS:-1}
 REPLICAS=${REPLICAS:-1}
-[[ $ETCD_MEMBERS =~ ^[1-9]$ ]] || { echo "local-up-cluster: ETCD_MEMBERS=$ETCD_MEMBERS: want 1 to 9" >&2; exit 1; }
-[[ $REPLICAS =~ ^[1-9]$ ]] || { echo "local-up-cluster: REPLICAS=$REPLICAS: want 1 to 9" >&2; exit 1; }
+[[ $ETCD_MEMBERS =~ ^[1-9]$ ]] || die "ETCD_MEMBERS=$ETCD_MEMBERS: want 1 to 9"
+[[ $REPLICAS =~ ^[1-9]$ ]] || die "REPLICAS=$REPLICAS: want 1 to 9"
 
 # member_name I / replica_name I: the component name of etcd member I / network-apiserver replica I.
 member_name() { if (($1 == 0)); then echo etcd; else echo "etcd-$1"; fi; }
@@ -68,31 +63,8 @@ for ((i = 0; i < 9; i++)); do COMPONENTS+=("$(member_name "$i")"); done
 COMPONENTS+=(kube-apiserver kube-controller-manager)
 for ((i = 0; i < 9; i++)); do COMPONENTS+=("$(replica_name "$i")"); done
 
-log() { echo "local-up-cluster: $*" >&2; }
-die() {
-  log "$*"
-  exit 1
-}
-
 # stop_component NAME: SIGTERM the process in NAME.pid, wait up to 60s, then SIGKILL.
-stop_component() {
-  local pidfile=$STATE/$1.pid pid i
-  [[ -f $pidfile ]] || return 0
-  pid=$(<"$pidfile")
-  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 600; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "$1 (pid $pid) still running 60s after SIGTERM; killing it"
-      kill -KILL "$pid" 2>/dev/null || true
-      while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-    fi
-  fi
-  rm -f "$pidfile"
-}
+stop_component() { stop_pid "$STATE/$1.pid" 60; }
 
 stop_all() {
   local i
@@ -123,28 +95,11 @@ start() {
   echo $! >"$STATE/$name.pid"
 }
 
-# alive NAME: fail with its log's tail when NAME has exited.
-alive() {
-  if ! kill -0 "$(<"$STATE/$1.pid")" 2>/dev/null; then
-    tail -n 40 "$STATE/$1.log" >&2 || true
-    die "$1 exited; see $STATE/$1.log"
-  fi
-}
+# component_alive NAME: fail with its log's tail when NAME has exited.
+component_alive() { alive "$STATE/$1.pid" "$STATE/$1.log"; }
 
-# poll SECONDS NAME DESCRIPTION COMMAND...: retry COMMAND every 0.2s until it succeeds, NAME dies
-# or SECONDS pass.
-poll() {
-  local seconds=$1 name=$2 what=$3 deadline
-  shift 3
-  deadline=$((SECONDS + seconds))
-  until "$@" >/dev/null 2>&1; do
-    alive "$name"
-    ((SECONDS < deadline)) || die "timed out after ${seconds}s waiting for $what"
-    sleep 0.2
-  done
-}
-
-port_free() { ! (: </dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
+# component_poll SECONDS NAME DESCRIPTION COMMAND...: poll COMMAND while NAME runs.
+component_poll() { poll "$1" "$STATE/$2.pid" "$STATE/$2.log" "${@:3}"; }
 
 # sign NAME CA SUBJECT [SANS] [USAGE]: a key and a certificate in pki/ signed by pki/CA.
 sign() { pki_sign "$STATE/pki" "$1" "$STATE/pki/$2" "${@:3}"; }
@@ -212,19 +167,11 @@ start_etcd() {
       --peer-cert-file "$STATE/pki/etcd-member-$i.crt" --peer-key-file "$STATE/pki/etcd-member-$i.key" \
       --peer-trusted-ca-file "$STATE/pki/etcd-ca.crt" --peer-client-cert-auth
   done
-  poll 60 etcd "etcd health" etcdctl endpoint health
+  component_poll 60 etcd "etcd health" etcdctl endpoint health
 }
 
 # kubeconfig FILE USER with the credential flags for kubectl config set-credentials.
-kubeconfig() {
-  local file=$1 user=$2
-  shift 2
-  "$BIN/kubectl" --kubeconfig "$file" config set-cluster local --server "https://127.0.0.1:$APISERVER_PORT" \
-    --certificate-authority "$STATE/pki/ca.crt" --embed-certs >/dev/null
-  "$BIN/kubectl" --kubeconfig "$file" config set-credentials "$user" "$@" >/dev/null
-  "$BIN/kubectl" --kubeconfig "$file" config set-context local --cluster local --user "$user" >/dev/null
-  "$BIN/kubectl" --kubeconfig "$file" config use-context local >/dev/null
-}
+kubeconfig() { write_kubeconfig "$1" "https://127.0.0.1:$APISERVER_PORT" "" "$STATE/pki/ca.crt" "${@:2}"; }
 
 # start_network_apiserver: run every replica with the arguments cluster-up recorded.
 start_network_apiserver() {
@@ -250,23 +197,23 @@ wait_replicas_ready() {
   for name in "${COMPONENTS[@]}"; do
     [[ $name == network-apiserver-* && -f $STATE/$name.args ]] || continue
     port=$(sed -n '/^--secure-port$/{n;p}' "$STATE/$name.args")
-    poll 120 "$name" "$name /readyz" curl -sf --cacert "$STATE/pki/serving-ca.crt" \
+    component_poll 120 "$name" "$name /readyz" curl -sf --cacert "$STATE/pki/serving-ca.crt" \
       --cert "$STATE/pki/admin.crt" --key "$STATE/pki/admin.key" "https://127.0.0.1:$port/readyz"
   done
 }
 
 # wait_available: wait for both APIServices to be Available, failing if a server exits.
 wait_available() {
-  local kubectl=("$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig") name
+  local name
   log "waiting for apiservice/v1.samplecrd.k8s.io to become Available"
   local deadline=$((SECONDS + 120))
-  until "${kubectl[@]}" wait --for=condition=Available apiservice/v1.samplecrd.k8s.io apiservice/v1beta1.samplecrd.k8s.io --timeout=5s >/dev/null 2>&1; do
+  until admin_kubectl wait --for=condition=Available apiservice/v1.samplecrd.k8s.io apiservice/v1beta1.samplecrd.k8s.io --timeout=5s >/dev/null 2>&1; do
     for name in "${COMPONENTS[@]}"; do
-      [[ $name != network-apiserver* || ! -f $STATE/$name.pid ]] || alive "$name"
+      [[ $name != network-apiserver* || ! -f $STATE/$name.pid ]] || component_alive "$name"
     done
-    alive kube-apiserver
+    component_alive kube-apiserver
     if ((SECONDS >= deadline)); then
-      "${kubectl[@]}" get apiservice v1.samplecrd.k8s.io -o yaml >&2 || true
+      admin_kubectl get apiservice v1.samplecrd.k8s.io -o yaml >&2 || true
       die "apiservice/v1.samplecrd.k8s.io not Available after 120s; see $STATE/*.log"
     fi
   done
@@ -294,18 +241,15 @@ cluster_up() {
   done
   [[ -x $BIN/network-apiserver ]] || die "$BIN/network-apiserver is missing: run make build"
   cluster_down
-  local p i ports=("$APISERVER_PORT")
+  local i ports=("$APISERVER_PORT")
   for ((i = 0; i < ETCD_MEMBERS; i++)); do ports+=($((ETCD_PORT + 2 * i)) $((ETCD_PEER_PORT + 2 * i))); done
   for ((i = 0; i < REPLICAS; i++)); do ports+=($((NETWORK_APISERVER_PORT + i))); done
-  for p in "${ports[@]}"; do
-    port_free "$p" || die "port 127.0.0.1:$p is in use (override with ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT, NETWORK_APISERVER_PORT)"
-  done
+  require_free_ports "override with ETCD_PORT, ETCD_PEER_PORT, APISERVER_PORT, NETWORK_APISERVER_PORT" "${ports[@]}"
   mkdir -p "$STATE"
   touch "$STATE/.local-cluster"
   # A failed start leaves no process behind; the logs stay for a look.
   trap 'stop_all; log "cluster-up failed; logs are in $STATE"' EXIT
   gen_pki
-  local kubectl=("$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig")
   kubeconfig "$STATE/admin.kubeconfig" admin --client-certificate "$STATE/pki/admin.crt" \
     --client-key "$STATE/pki/admin.key" --embed-certs
   kubeconfig "$STATE/kube-controller-manager.kubeconfig" kube-controller-manager \
@@ -336,7 +280,7 @@ cluster_up() {
   [[ -z $KUBE_APISERVER_ARGS ]] || printf '%s\n' $KUBE_APISERVER_ARGS >>"$STATE/kube-apiserver.args"
   mapfile -t args <"$STATE/kube-apiserver.args"
   start kube-apiserver "${args[@]}"
-  poll 120 kube-apiserver "kube-apiserver /readyz" "${kubectl[@]}" get --raw /readyz
+  component_poll 120 kube-apiserver "kube-apiserver /readyz" admin_kubectl get --raw /readyz
 
   # Aggregates the samplecrd-networks-* roles into view/edit/admin; empties and removes deleted
   # namespaces; collects dependents of deleted owners (Networks included); keeps each namespace's
@@ -354,16 +298,16 @@ cluster_up() {
       --controllers "$controllers" $KUBE_CONTROLLER_MANAGER_ARGS # split on purpose
   fi
 
-  "${kubectl[@]}" apply -f "$ROOT/artifacts/deploy/namespace.yaml" -f "$ROOT/artifacts/deploy/rbac.yaml" >&2
-  "${kubectl[@]}" apply -f "$ROOT/artifacts/local/service.yaml" >&2
+  admin_kubectl apply -f "$ROOT/artifacts/deploy/namespace.yaml" -f "$ROOT/artifacts/deploy/rbac.yaml" >&2
+  admin_kubectl apply -f "$ROOT/artifacts/local/service.yaml" >&2
   local ca_bundle
   ca_bundle=$(base64 -w0 <"$STATE/pki/serving-ca.crt")
   sed -e "s|caBundle: \"\"|caBundle: $ca_bundle|" -e "s|port: 443|port: $NETWORK_APISERVER_PORT|" \
     "$ROOT/artifacts/deploy/apiservice.yaml" >"$STATE/apiservice.yaml"
-  "${kubectl[@]}" apply -f "$STATE/apiservice.yaml" >&2
+  admin_kubectl apply -f "$STATE/apiservice.yaml" >&2
 
   local token
-  token=$("${kubectl[@]}" create token network-apiserver -n network-apiserver --duration 24h)
+  token=$(admin_kubectl create token network-apiserver -n network-apiserver --duration 24h)
   kubeconfig "$STATE/network-apiserver.kubeconfig" network-apiserver --token "$token"
 
   local name
@@ -384,7 +328,7 @@ cluster_up() {
   done
   start_network_apiserver
   wait_available
-  [[ $KUBE_CONTROLLER_MANAGER == false ]] || alive kube-controller-manager
+  [[ $KUBE_CONTROLLER_MANAGER == false ]] || component_alive kube-controller-manager
   trap - EXIT
   cat <<EOF
 network-apiserver is serving behind kube-apiserver at https://127.0.0.1:$APISERVER_PORT

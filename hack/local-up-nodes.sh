@@ -49,15 +49,13 @@
 # containerd, runc, iptables, nftables and conntrack (hack/install-deps.sh node).
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BIN=${BIN:-$ROOT/_output/bin}
-STATE=${LOCAL_CLUSTER_DIR:-$ROOT/_output/local-cluster}
-# shellcheck source=lib/pki.sh
-source "$ROOT/hack/lib/pki.sh"
+# shellcheck source=lib/init.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/init.sh"
+# shellcheck source=lib/cluster.sh
+source "$ROOT/hack/lib/cluster.sh"
+# shellcheck source=lib/cgroups.sh
+source "$ROOT/hack/lib/cgroups.sh"
 NODES=${NODES:-2}
-ETCD_PORT=${ETCD_PORT:-32379}
-APISERVER_PORT=${APISERVER_PORT:-16443}
-NETWORK_APISERVER_PORT=${NETWORK_APISERVER_PORT:-8443}
 IMAGES=${IMAGES:-}
 LOCAL_NETWORK_APISERVER=${LOCAL_NETWORK_APISERVER:-true}
 # Where the helper binaries and the images are built.
@@ -69,81 +67,14 @@ CLUSTER_CIDR=10.201.0.0/16
 SERVICE_CIDR=10.0.0.0/24
 # The kube-dns Service's address (hack/local-nodes/coredns.yaml)
 CLUSTER_DNS=10.0.0.10
-[[ $NODES =~ ^[1-9]$ ]] || { echo "local-up-nodes: NODES=$NODES: want 1 to 9" >&2; exit 1; }
+[[ $NODES =~ ^[1-9]$ ]] || die "NODES=$NODES: want 1 to 9"
 export LOCAL_CLUSTER_DIR=$STATE BIN
-
-log() { echo "local-up-nodes: $*" >&2; }
-die() {
-  log "$*"
-  exit 1
-}
 
 node_ip() { echo "10.200.0.$((10 + $1))"; }
 pod_cidr() { echo "10.201.$1.0/24"; }
 
 # The cgroups: one prefix per state dir, so that two clusters never share one.
 CG_PREFIX=lc-$(echo -n "$STATE" | sha256sum | cut -c1-8)
-# hierarchies: every mounted cgroup hierarchy (v1 controllers, v1 named, v2).
-hierarchies() { awk '$9 == "cgroup" || $9 == "cgroup2" { print $5 }' /proc/self/mountinfo | sort -u; }
-# The hierarchy whose cgroups tell which processes belong to the cluster.
-track_hierarchy() {
-  if [[ -d /sys/fs/cgroup/pids ]]; then echo /sys/fs/cgroup/pids; else echo /sys/fs/cgroup; fi
-}
-
-# cgroup_make NAME: NAME (and NAME/system, where the processes we start go) in every hierarchy.
-cgroup_make() {
-  local h
-  for h in $(hierarchies); do
-    mkdir -p "$h/$1"
-    # cpuset (v1) starts a new cgroup with no CPUs and no memory nodes: copy the parent's.
-    if [[ -f $h/$1/cpuset.cpus && -z $(<"$h/$1/cpuset.cpus") ]]; then
-      cat "$h/cpuset.cpus" >"$h/$1/cpuset.cpus"
-      cat "$h/cpuset.mems" >"$h/$1/cpuset.mems"
-    fi
-  done
-  mkdir -p "$(track_hierarchy)/$1/system"
-}
-
-# cgroup_pids NAME: the processes in NAME and below, in the tracking hierarchy.
-cgroup_pids() {
-  local d
-  d=$(track_hierarchy)/$1
-  [[ -d $d ]] || return 0
-  find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
-}
-
-# cgroup_destroy NAME: SIGKILL every process in NAME and below, wait for them, remove the cgroups
-# (deepest first) in every hierarchy.
-cgroup_destroy() {
-  local name=$1 pids i h
-  for ((i = 0; i < 300; i++)); do
-    pids=$(cgroup_pids "$name")
-    [[ -n $pids ]] || break
-    # shellcheck disable=SC2086
-    kill -KILL $pids 2>/dev/null || true
-    sleep 0.1
-  done
-  [[ -z $(cgroup_pids "$name") ]] || die "processes left in cgroup $name: $(cgroup_pids "$name" | tr '\n' ' ')"
-  for h in $(hierarchies); do
-    [[ -d $h/$name ]] || continue
-    # Empty cgroups go away with rmdir; a just-killed process may take a moment to leave one.
-    for ((i = 0; i < 100; i++)); do
-      find "$h/$name" -depth -type d -exec rmdir {} + 2>/dev/null || true
-      [[ -d $h/$name ]] || break
-      sleep 0.1
-    done
-    [[ ! -d $h/$name ]] || die "could not remove cgroup $h/$name"
-  done
-}
-
-# in_cgroup NAME CMD...: exec CMD from a shell that first moves itself into NAME/system.
-in_cgroup() {
-  local procs
-  procs=$(track_hierarchy)/$1/system/cgroup.procs
-  shift
-  exec /bin/sh -c 'echo $$ >"$0" && exec "$@"' "$procs" "$@"
-}
-
 # start_bg NAME LOG CGROUP CMD...: run CMD in the background in CGROUP, with its pid in
 # NODES_DIR/NAME.pid. CMD may be nsenter or unshare: they exec, so the pid stays the same.
 start_bg() {
@@ -153,33 +84,6 @@ start_bg() {
   echo $! >"$NODES_DIR/$name.pid"
 }
 
-# stop_pid FILE: SIGTERM the process in FILE, SIGKILL after 10s.
-stop_pid() {
-  local pid i
-  [[ -f $1 ]] || return 0
-  pid=$(<"$1")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
-    done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$1"
-}
-
-alive() {
-  if ! kill -0 "$(<"$NODES_DIR/$1.pid")" 2>/dev/null; then
-    tail -n 30 "$2" >&2 || true
-    die "$1 exited; see $2"
-  fi
-}
-
-port_free() { ! (: </dev/tcp/127.0.0.1/"$1") 2>/dev/null; }
-
-kubectl() { "$BIN/kubectl" --kubeconfig "$STATE/admin.kubeconfig" "$@"; }
-
 # sign NAME SUBJECT [SANS] [USAGE]: a key and certificate in NODES_DIR/pki signed by the cluster
 # CA that hack/local-up-cluster.sh made.
 sign() { pki_sign "$NODES_DIR/pki" "$1" "$STATE/pki/ca" "${@:2}"; }
@@ -187,13 +91,33 @@ sign() { pki_sign "$NODES_DIR/pki" "$1" "$STATE/pki/ca" "${@:2}"; }
 # kubeconfig FILE SERVER CERTNAME: a kubeconfig for the client certificate CERTNAME. The server
 # certificate names "kubernetes", not 10.200.0.1: tls-server-name says which name to check.
 kubeconfig() {
-  local file=$1 server=$2 cert=$NODES_DIR/pki/$3
-  "$BIN/kubectl" --kubeconfig "$file" config set-cluster local --server "$server" --tls-server-name kubernetes \
-    --certificate-authority "$STATE/pki/ca.crt" --embed-certs >/dev/null
-  "$BIN/kubectl" --kubeconfig "$file" config set-credentials user --client-certificate "$cert.crt" \
-    --client-key "$cert.key" --embed-certs >/dev/null
-  "$BIN/kubectl" --kubeconfig "$file" config set-context local --cluster local --user user >/dev/null
-  "$BIN/kubectl" --kubeconfig "$file" config use-context local >/dev/null
+  local cert=$NODES_DIR/pki/$3
+  write_kubeconfig "$1" "$2" kubernetes "$STATE/pki/ca.crt" user --client-certificate "$cert.crt" \
+    --client-key "$cert.key" --embed-certs
+}
+
+# kube_proxy_config FILE KUBECONFIG HOSTNAME ADDRESS [BIND_ADDRESS]: a kube-proxy configuration
+# (iptables mode) for the host HOSTNAME whose NodePorts listen on ADDRESS.
+kube_proxy_config() {
+  cat >"$1" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection:
+  kubeconfig: $2
+hostnameOverride: $3
+${5:+bindAddress: $5
+}clusterCIDR: $CLUSTER_CIDR
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: ["$4/32"]
+# conntrack's table size and timeouts are global: leave them alone.
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+EOF
 }
 
 # build: the helper binaries and the images (Go's cache makes a second run quick).
@@ -234,7 +158,6 @@ node_up() {
   wait_exec "$holder" sleep
   [[ $(readlink "/proc/$holder/ns/net") != "$(readlink /proc/self/ns/net)" &&
     $(readlink "/proc/$holder/ns/mnt") != "$(readlink /proc/self/ns/mnt)" ]] || die "$name: no namespaces of its own"
-  local k
 
   # Network: eth0 on the control plane's bridge; created from inside the two namespaces, so that
   # neither end ever exists in the host's.
@@ -294,12 +217,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 EOF
   start_bg "$name-containerd" "$d/containerd.log" "$cg" nsenter -t "$holder" -m -n containerd --config "$d/containerd.toml"
   local sock=$d/run/containerd/containerd.sock
-  for ((k = 0; k < 300; k++)); do
-    alive "$name-containerd" "$d/containerd.log"
-    ctr --address "$sock" version >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  ctr --address "$sock" version >/dev/null 2>&1 || die "$name: containerd does not answer on $sock"
+  poll 30 "$NODES_DIR/$name-containerd.pid" "$d/containerd.log" "$name's containerd on $sock" ctr --address "$sock" version
   local img
   for img in "$TOOLS/images/pause.tar" "$TOOLS/images/test.tar" "$TOOLS/images/coredns.tar" "$TOOLS/images/etcd.tar" $IMAGES; do
     ctr --address "$sock" -n k8s.io images import "$img" >/dev/null
@@ -345,24 +263,7 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 EOF
   start_kubelet "$i"
-  cat >"$d/kube-proxy.yaml" <<EOF
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: iptables
-clientConnection:
-  kubeconfig: $d/kube-proxy.kubeconfig
-hostnameOverride: $name
-clusterCIDR: $CLUSTER_CIDR
-healthzBindAddress: 127.0.0.1:10256
-metricsBindAddress: 127.0.0.1:10249
-nodePortAddresses: ["$ip/32"]
-# conntrack's table size and timeouts are global: leave them alone.
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-EOF
+  kube_proxy_config "$d/kube-proxy.yaml" "$d/kube-proxy.kubeconfig" "$name" "$ip"
   start_bg "$name-kube-proxy" "$d/kube-proxy.log" "$cg" nsenter -t "$holder" -m -n "$BIN/kube-proxy" --config "$d/kube-proxy.yaml"
 }
 
@@ -395,12 +296,11 @@ cp_exec() {
 }
 
 cluster_up() {
-  local start=$SECONDS i p
+  local start=$SECONDS i
   build
   cluster_down
-  for p in "$APISERVER_PORT" "$ETCD_PORT" "$NETWORK_APISERVER_PORT"; do
-    port_free "$p" || die "port 127.0.0.1:$p is in use (override with APISERVER_PORT, ETCD_PORT, NETWORK_APISERVER_PORT)"
-  done
+  require_free_ports "override with APISERVER_PORT, ETCD_PORT, NETWORK_APISERVER_PORT" \
+    "$APISERVER_PORT" "$ETCD_PORT" "$NETWORK_APISERVER_PORT"
   case $STATE/ in
   /run/* | /var/lib/* | /var/log/* | /etc/*) die "LOCAL_CLUSTER_DIR=$STATE: a node replaces /run, /var/lib, /var/log and /etc; put the state elsewhere" ;;
   esac
@@ -442,24 +342,19 @@ cluster_up() {
     sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.route_localnet=1"
   start_bg forward "$NODES_DIR/forward.log" "$cg" "$TOOLS/forward" -netns "/proc/$(<"$NODES_DIR/cp-holder.pid")/ns/net" \
     "127.0.0.1:$APISERVER_PORT" "127.0.0.1:$ETCD_PORT" "127.0.0.1:$NETWORK_APISERVER_PORT"
-  for ((i = 0; i < 100; i++)); do
-    kubectl get --raw /readyz >/dev/null 2>&1 && break
-    alive forward "$NODES_DIR/forward.log"
-    sleep 0.1
-  done
-  kubectl get --raw /readyz >/dev/null || die "kube-apiserver is not reachable through the forwarder"
+  poll 10 "$NODES_DIR/forward.pid" "$NODES_DIR/forward.log" "kube-apiserver through the forwarder" admin_kubectl get --raw /readyz
 
   if [[ $LOCAL_NETWORK_APISERVER == false ]]; then
     (in_cgroup "$cg" nsenter --net="/proc/$(<"$NODES_DIR/cp-holder.pid")/ns/net" "$ROOT/hack/local-up-cluster.sh" stop-apiserver)
-    kubectl delete apiservice v1.samplecrd.k8s.io v1beta1.samplecrd.k8s.io >/dev/null
-    kubectl delete --wait --timeout 120s -f "$ROOT/artifacts/local/service.yaml" -f "$ROOT/artifacts/deploy/rbac.yaml" \
+    admin_kubectl delete apiservice v1.samplecrd.k8s.io v1beta1.samplecrd.k8s.io >/dev/null
+    admin_kubectl delete --wait --timeout 120s -f "$ROOT/artifacts/local/service.yaml" -f "$ROOT/artifacts/deploy/rbac.yaml" \
       -f "$ROOT/artifacts/deploy/namespace.yaml" >/dev/null
     log "network-apiserver stopped and unregistered (LOCAL_NETWORK_APISERVER=false)"
   fi
 
   # Who the nodes are: RBAC's system:node role for the group system:nodes (no Node authorizer
   # here); kube-proxy and kube-scheduler have their default bindings.
-  kubectl create clusterrolebinding local-nodes --clusterrole system:node --group system:nodes >/dev/null
+  admin_kubectl create clusterrolebinding local-nodes --clusterrole system:node --group system:nodes >/dev/null
   sign kube-proxy /CN=system:kube-proxy
   sign kube-scheduler /CN=system:kube-scheduler
   kubeconfig "$NODES_DIR/kube-scheduler.kubeconfig" "https://127.0.0.1:$APISERVER_PORT" kube-scheduler
@@ -471,24 +366,7 @@ cluster_up() {
   # iptables rules are in the control plane's namespace; it gets a /run of its own (xtables.lock).
   # It finds no Node named control-plane, waits 30s for one, then programs its rules.
   mkdir -p "$NODES_DIR/cp-run"
-  cat >"$NODES_DIR/kube-proxy-cp.yaml" <<EOF
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: iptables
-clientConnection:
-  kubeconfig: $NODES_DIR/kube-proxy-cp.kubeconfig
-hostnameOverride: control-plane
-bindAddress: $CP_IP
-clusterCIDR: $CLUSTER_CIDR
-healthzBindAddress: 127.0.0.1:10256
-metricsBindAddress: 127.0.0.1:10249
-nodePortAddresses: ["$CP_IP/32"]
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-EOF
+  kube_proxy_config "$NODES_DIR/kube-proxy-cp.yaml" "$NODES_DIR/kube-proxy-cp.kubeconfig" control-plane "$CP_IP" "$CP_IP"
   start_bg kube-proxy-cp "$NODES_DIR/kube-proxy-cp.log" "$cg" nsenter --net="/proc/$(<"$NODES_DIR/cp-holder.pid")/ns/net" \
     unshare --mount --propagation slave sh -c "mount --bind $NODES_DIR/cp-run /run && exec $BIN/kube-proxy --config $NODES_DIR/kube-proxy-cp.yaml"
 
@@ -499,19 +377,19 @@ EOF
   local nodes_started=$SECONDS
   for ((i = 1; i <= NODES; i++)); do
     local deadline=$((SECONDS + 120))
-    until kubectl wait --for=condition=Ready "node/node$i" --timeout=5s >/dev/null 2>&1; do
-      alive "node$i-kubelet" "$NODES_DIR/node$i/kubelet.log"
-      alive "node$i-containerd" "$NODES_DIR/node$i/containerd.log"
+    until admin_kubectl wait --for=condition=Ready "node/node$i" --timeout=5s >/dev/null 2>&1; do
+      alive "$NODES_DIR/node$i-kubelet.pid" "$NODES_DIR/node$i/kubelet.log"
+      alive "$NODES_DIR/node$i-containerd.pid" "$NODES_DIR/node$i/containerd.log"
       ((SECONDS < deadline)) || die "node$i not Ready after 120s; see $NODES_DIR/node$i/kubelet.log"
     done
   done
   local nodes_ready=$SECONDS
   # Cluster DNS, as a Deployment on the nodes.
-  kubectl apply -f "$ROOT/hack/local-nodes/coredns.yaml" >/dev/null
-  kubectl -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null ||
+  admin_kubectl apply -f "$ROOT/hack/local-nodes/coredns.yaml" >/dev/null
+  admin_kubectl -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null ||
     die "CoreDNS did not become ready: kubectl -n kube-system describe pods -l k8s-app=kube-dns"
-  alive kube-scheduler "$NODES_DIR/kube-scheduler.log"
-  alive kube-proxy-cp "$NODES_DIR/kube-proxy-cp.log"
+  alive "$NODES_DIR/kube-scheduler.pid" "$NODES_DIR/kube-scheduler.log"
+  alive "$NODES_DIR/kube-proxy-cp.pid" "$NODES_DIR/kube-proxy-cp.log"
   trap - EXIT
   log "control plane up in $((cp_up - start))s; $NODES nodes started in $((nodes_started - cp_up))s, Ready $((nodes_ready - nodes_started))s later; DNS ready $((SECONDS - nodes_ready))s after"
   cat <<EOF
@@ -539,7 +417,7 @@ cluster_down() {
     [[ -d $d ]] || continue
     node_down "${d##*-node}"
   done
-  for h in kube-scheduler kube-proxy-cp forward; do stop_pid "$NODES_DIR/$h.pid"; done
+  for h in kube-scheduler kube-proxy-cp forward; do stop_pid "$NODES_DIR/$h.pid" 10; done
   # A node's mounts live in its own mount namespace; none may show here before the files go.
   if grep -qF " $STATE/" /proc/self/mountinfo; then
     die "mounts under $STATE remain; not removing it"
@@ -593,7 +471,7 @@ down) cluster_down ;;
 status) status ;;
 stop-kubelet | start-kubelet)
   [[ ${2:-} =~ ^[1-9]$ && -f $NODES_DIR/node$2-holder.pid ]] || die "usage: $0 $1 I (a node of the cluster in $STATE)"
-  if [[ $1 == stop-kubelet ]]; then stop_pid "$NODES_DIR/node$2-kubelet.pid"; else start_kubelet "$2"; fi
+  if [[ $1 == stop-kubelet ]]; then stop_pid "$NODES_DIR/node$2-kubelet.pid" 10; else start_kubelet "$2"; fi
   ;;
 restart-apiserver | stop-apiserver | start-apiserver)
   [[ -f $NODES_DIR/cp-holder.pid ]] || die "no nodes in $STATE: run cluster-up NODES=N"

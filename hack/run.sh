@@ -20,8 +20,8 @@
 #
 # Environment (the Makefile sets it): BIN DATA_DIR PORT CONTROLLER_FLAGS DEMO_NETNS UNSAFE_HOST_NETWORK
 set -o errexit -o nounset -o pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
-BIN=${BIN:-${ROOT}/_output/bin}
+# shellcheck source=lib/init.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/init.sh"
 DATA_DIR=${DATA_DIR:-${ROOT}/.data}
 PORT=${PORT:-8443}
 CONTROLLER_FLAGS=${CONTROLLER_FLAGS:-}
@@ -43,7 +43,7 @@ netns=""
 case "${UNSAFE_HOST_NETWORK}" in
   "") ;;
   1) ;;
-  *) echo "run: UNSAFE_HOST_NETWORK must be 1 (or unset), not '${UNSAFE_HOST_NETWORK}'" >&2; exit 2 ;;
+  *) log "UNSAFE_HOST_NETWORK must be 1 (or unset), not '${UNSAFE_HOST_NETWORK}'"; exit 2 ;;
 esac
 own_netns=false
 for f in "${extra[@]}"; do
@@ -53,36 +53,34 @@ for f in "${extra[@]}"; do
 done
 
 if [ "${UNSAFE_HOST_NETWORK}" = 1 ]; then
-  echo "run: UNSAFE_HOST_NETWORK=1: the controller acts on this machine's own network and writes to /etc/cni/net.d"
+  info "UNSAFE_HOST_NETWORK=1: the controller acts on this machine's own network and writes to /etc/cni/net.d"
 elif ${own_netns}; then
   : # CONTROLLER_FLAGS decide where the controller acts, if it runs at all
 elif ! has_cap "${CAP_NET_ADMIN}"; then
   # The server sees the same and says so; its configuration lists would go to the data dir.
   args+=(--cni-conf-dir "${DATA_DIR}/cni/net.d")
 elif ! has_cap "${CAP_SYS_ADMIN}"; then
-  echo "run: creating the network namespace ${DEMO_NETNS} needs CAP_SYS_ADMIN, which this shell lacks:" \
-    "the controller stays off (UNSAFE_HOST_NETWORK=1 runs it on this machine's network)" >&2
+  log "creating the network namespace ${DEMO_NETNS} needs CAP_SYS_ADMIN, which this shell lacks:" \
+    "the controller stays off (UNSAFE_HOST_NETWORK=1 runs it on this machine's network)"
   args+=(--controllers=false)
 else
   netns=${DEMO_NETNS}
-  hack_dir=$(dirname "${BASH_SOURCE[0]}")
-  "${hack_dir}/install-deps.sh" netns
+  "${ROOT}/hack/install-deps.sh" netns
   # One run per namespace at a time. The server inherits the lock, so it is held until the last
   # process of this run has exited, however it ended.
   lockdir=/run/lock
   [ -d "${lockdir}" ] || lockdir=/run
   exec {lock}>"${lockdir}/${netns}.lock"
   if ! flock --nonblock "${lock}"; then
-    echo "run: another make run is using the network namespace ${netns}; stop it, or give this one" \
-      "another namespace with DEMO_NETNS=... (and another PORT and DATA_DIR)" >&2
-    exit 1
+    die "another make run is using the network namespace ${netns}; stop it, or give this one" \
+      "another namespace with DEMO_NETNS=... (and another PORT and DATA_DIR)"
   fi
   if [ -e "/var/run/netns/${netns}" ]; then
     ip netns delete "${netns}"
-    echo "run: deleted the network namespace ${netns} that an earlier run left behind"
+    info "deleted the network namespace ${netns} that an earlier run left behind"
   fi
   ip netns add "${netns}"
-  echo "run: the controller is confined to the network namespace ${netns} (ip -n ${netns} link)," \
+  info "the controller is confined to the network namespace ${netns} (ip -n ${netns} link)," \
     "its CNI configuration lists go to ${DATA_DIR}/cni/net.d"
   args+=(--backend-netns "/var/run/netns/${netns}" --cni-conf-dir "${DATA_DIR}/cni/net.d")
 fi
@@ -90,7 +88,7 @@ fi
 server=""
 cleanup() {
   if [ -n "${netns}" ] && [ -e "/var/run/netns/${netns}" ]; then
-    ip netns delete "${netns}" && echo "run: deleted the network namespace ${netns}"
+    ip netns delete "${netns}" && info "deleted the network namespace ${netns}"
   fi
 }
 trap cleanup EXIT
@@ -124,5 +122,5 @@ if [ "${status}" -gt 128 ]; then
   wait "${server}" 2>/dev/null || again=$?
   [ "${again}" -eq 127 ] || status=${again}
 fi
-[ "${status}" -eq 0 ] || echo "run: network-apiserver exited with status ${status}" >&2
+[ "${status}" -eq 0 ] || log "network-apiserver exited with status ${status}"
 exit "${status}"

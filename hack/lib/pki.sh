@@ -1,5 +1,6 @@
-# Certificate helpers for the local cluster scripts (sourced by hack/local-up-cluster.sh and
-# hack/local-up-nodes.sh). Keys are RSA 2048, certificates SHA-256 and valid 365 days.
+# shellcheck shell=bash
+# Certificates of the local cluster, made with openssl. Keys are RSA 2048, certificates SHA-256
+# and valid 365 days.
 
 # pki_ca DIR NAME CN: a self-signed CA, DIR/NAME.key and DIR/NAME.crt.
 pki_ca() {

@@ -1,21 +1,18 @@
 package embeddedetcd
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/samplecrd/network-apiserver/pkg/certs"
 )
 
 // The files under <data-dir>/etcd-certs (a directory only the server's user may enter): a CA,
@@ -115,31 +112,11 @@ func (p PKI) check(now time.Time) error {
 }
 
 func (p PKI) generate(now time.Time) error {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	caTemplate := &x509.Certificate{
-		Subject:               pkix.Name{CommonName: "network-apiserver-embedded-etcd-ca"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(certValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := sign(caTemplate, caTemplate, caKey.Public(), caKey)
-	if err != nil {
-		return err
-	}
-	ca, err := x509.ParseCertificate(caDER)
+	ca, err := certs.NewCA("network-apiserver-embedded-etcd-ca", now.Add(-time.Hour), now.Add(certValidity))
 	if err != nil {
 		return err
 	}
 	leaf := func(cn string, usages []x509.ExtKeyUsage, certFile, keyFile string) error {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return err
-		}
 		t := &x509.Certificate{
 			Subject:     pkix.Name{CommonName: cn},
 			NotBefore:   now.Add(-time.Hour),
@@ -151,11 +128,11 @@ func (p PKI) generate(now time.Time) error {
 			t.DNSNames = []string{"localhost"}
 			t.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 		}
-		der, err := sign(t, ca, key.Public(), caKey)
+		pair, err := certs.Issue(t, ca)
 		if err != nil {
 			return err
 		}
-		return writePair(certFile, der, keyFile, key)
+		return writePair(certFile, keyFile, pair)
 	}
 	// Written leaves first and the CA last, so that an interrupted run fails check next time.
 	// The member's certificate serves clients and peers and is its client when dialling itself.
@@ -166,27 +143,18 @@ func (p PKI) generate(now time.Time) error {
 	if err := leaf("network-apiserver", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, p.CertFile, p.KeyFile); err != nil {
 		return err
 	}
-	return writePair(p.CAFile, caDER, filepath.Join(p.Dir, caKeyFile), caKey)
+	return writePair(p.CAFile, filepath.Join(p.Dir, caKeyFile), ca)
 }
 
-func sign(template, parent *x509.Certificate, pub crypto.PublicKey, signer crypto.Signer) ([]byte, error) {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, err
-	}
-	template.SerialNumber = serial
-	return x509.CreateCertificate(rand.Reader, template, parent, pub, signer)
-}
-
-func writePair(certFile string, der []byte, keyFile string, key *ecdsa.PrivateKey) error {
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+func writePair(certFile, keyFile string, pair *certs.KeyPair) error {
+	keyPEM, err := pair.KeyPEM()
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := writeAtomic(keyFile, keyPEM, 0o600); err != nil {
 		return err
 	}
-	return writeAtomic(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	return writeAtomic(certFile, pair.CertPEM(), 0o644)
 }
 
 // writeAtomic writes data to a new file with mode perm and renames it over name.

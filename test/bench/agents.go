@@ -103,7 +103,7 @@ func (b *bench) agentMemory(ctx context.Context, s *side) (*agentMemory, error) 
 	}
 	m := &agentMemory{HeapBytes: heap, StackBytes: stack, RSS: map[string]int64{}}
 	for _, c := range []string{s.component, "etcd"} {
-		rss, err := b.cl.rssBytes(c)
+		rss, err := b.cl.RSSBytes(c)
 		if err != nil {
 			return nil, err
 		}

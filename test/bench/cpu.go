@@ -53,7 +53,7 @@ type cpuSample map[string]time.Duration
 func (b *bench) sampleCPU() cpuSample {
 	s := cpuSample{}
 	for _, c := range cpuComponents {
-		pid, err := b.cl.pid(c)
+		pid, err := b.cl.PID(c)
 		if err != nil {
 			continue
 		}

@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
 // Fixed shape of some workloads.
@@ -200,22 +202,13 @@ func parseFlags(args []string) (config, error) {
 	return c, c.validate()
 }
 
-// repoRoot is the nearest directory up from the working directory holding hack/local-up-cluster.sh.
+// repoRoot is the repository the bench runs in.
 func repoRoot() (string, error) {
-	dir, err := os.Getwd()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("run the bench inside the network-apiserver repository (%w)", err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "hack", "local-up-cluster.sh")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("run the bench inside the network-apiserver repository (no hack/local-up-cluster.sh above the working directory)")
-		}
-		dir = parent
-	}
+	return root, nil
 }
 
 func main() {
@@ -277,16 +270,6 @@ func run(ctx context.Context, cfg config) int {
 	if runErr != nil {
 		b.res.Errors = append(b.res.Errors, "run stopped: "+runErr.Error())
 	}
-	if len(b.res.Errors) > 0 {
-		logs := filepath.Join(cfg.Out, "logs-"+b.res.Started.Format("20060102-150405"))
-		if err := os.MkdirAll(logs, 0o755); err == nil {
-			cl.saveLogs(logs)
-			fmt.Fprintf(os.Stderr, "bench: server logs saved in %s\n", logs)
-		}
-	}
-	fmt.Fprintln(os.Stderr, "bench: stopping the cluster")
-	if err := cl.down(); err != nil {
-		b.res.Errors = append(b.res.Errors, "cluster-down: "+err.Error())
-	}
+	b.stopCluster(cl)
 	return b.report()
 }

@@ -59,7 +59,7 @@ func measureMemory(ctx context.Context, ep *endpoint, cl *cluster, component str
 	if err != nil {
 		return nil, err
 	}
-	rss, err := cl.rssBytes(component)
+	rss, err := cl.RSSBytes(component)
 	if err != nil {
 		return nil, err
 	}

@@ -24,11 +24,11 @@ func restartServer(ctx context.Context, cl *cluster, component string, b backend
 	defer cancel()
 	res := &restartResult{Component: component, Objects: objects}
 	t := time.Now()
-	if err := cl.stop(ctx, component); err != nil {
+	if err := cl.Stop(ctx, component); err != nil {
 		return nil, err
 	}
 	res.StopMs = ms(time.Since(t))
-	started, err := cl.start(component)
+	started, err := cl.Start(component)
 	if err != nil {
 		return nil, err
 	}

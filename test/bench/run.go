@@ -65,7 +65,7 @@ func step(format string, args ...any) {
 }
 
 func (b *bench) run(ctx context.Context) error {
-	step("starting etcd, kube-apiserver and network-apiserver (hack/local-up-cluster.sh, state in %s)", b.cl.state)
+	step("starting etcd, kube-apiserver and network-apiserver (hack/local-up-cluster.sh, state in %s)", b.cl.State)
 	if err := b.cl.up(ctx); err != nil {
 		return fmt.Errorf("cluster-up: %w", err)
 	}
@@ -88,17 +88,17 @@ func (b *bench) run(ctx context.Context) error {
 
 // connect builds the clients, the namespaces and the CRD, and takes the memory baselines.
 func (b *bench) connect(ctx context.Context) error {
-	admin, err := loadAdmin(b.cl.path("admin.kubeconfig"))
+	admin, err := loadAdmin(b.cl.Path("admin.kubeconfig"))
 	if err != nil {
 		return err
 	}
-	kubeHost := fmt.Sprintf("https://127.0.0.1:%d", b.cl.apiserverPort)
+	kubeHost := fmt.Sprintf("https://127.0.0.1:%d", b.cl.APIServerPort)
 	if b.admin, err = newEndpoint(admin, kubeHost, "", b.cfg.Compression); err != nil {
 		return err
 	}
 	// Our server's certificate is signed by its own serving CA; the admin client certificate is
 	// accepted directly, since attached mode trusts kube-apiserver's client CA.
-	direct, err := newEndpoint(admin, fmt.Sprintf("https://127.0.0.1:%d", b.cl.networkPort), b.cl.path("pki/serving-ca.crt"), b.cfg.Compression)
+	direct, err := newEndpoint(admin, fmt.Sprintf("https://127.0.0.1:%d", b.cl.NetworkPort), b.cl.Path("pki/serving-ca.crt"), b.cfg.Compression)
 	if err != nil {
 		return err
 	}
@@ -186,7 +186,7 @@ func (b *bench) machine(ctx context.Context) machine {
 	m := machine{CPU: cpuModel(), Cores: runtime.NumCPU(), Kernel: kernel(), Go: runtime.Version()}
 	m.NetworkAPIServer = version(ctx, b.ours.direct.endpoint())
 	m.KubeAPIServer = version(ctx, b.admin)
-	m.Etcd = etcdVersion(ctx, b.cl.root)
+	m.Etcd = etcdVersion(ctx, b.cl.Root)
 	return m
 }
 

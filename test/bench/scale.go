@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
 // The scale point (make bench-scale): one side at a time, so that each has the machine to
@@ -100,27 +102,27 @@ func (b *bench) scaleOurs(ctx context.Context, root string, target int, budget i
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	ports, err := freePorts(1)
+	ports, err := localcluster.FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
-	cl := &cluster{root: root, state: dir, networkPort: ports[0]}
+	cl := &cluster{&localcluster.Cluster{Root: root, State: dir, NetworkPort: ports[0]}}
 	data := filepath.Join(dir, "data")
 	args := []string{filepath.Join(root, "_output", "bin", "network-apiserver"), "--data-dir", data,
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[0]), "--controllers=false"}
-	if err := os.WriteFile(cl.path("network-apiserver.args"), []byte(strings.Join(args, "\n")+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(cl.Path("network-apiserver.args"), []byte(strings.Join(args, "\n")+"\n"), 0o644); err != nil {
 		return nil, err
 	}
 	const component = "network-apiserver"
 	step("ours: starting a standalone network-apiserver (embedded etcd, --controllers=false) in %s", dir)
-	if _, err := cl.start(component); err != nil {
+	if _, err := cl.Start(component); err != nil {
 		return nil, err
 	}
 	res := &scaleResult{Target: target, BudgetBytes: budget, Processes: []string{component}}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		if err := cl.stop(stopCtx, component); err != nil {
+		if err := cl.Stop(stopCtx, component); err != nil {
 			b.res.Errors = append(b.res.Errors, "ours: stopping: "+err.Error())
 		}
 		b.keepLogOnError(cl, component, "ours")
@@ -164,32 +166,20 @@ func (b *bench) scaleCRD(ctx context.Context, root string, target int, budget in
 		return nil, err
 	}
 	res := &scaleResult{Target: target, BudgetBytes: budget, Processes: []string{"kube-apiserver", "etcd"}}
-	step("CRD: starting etcd and kube-apiserver (hack/local-up-cluster.sh, state in %s)", cl.state)
-	defer func() {
-		if len(b.res.Errors) > 0 {
-			logs := filepath.Join(b.cfg.Out, "logs-"+b.res.Started.Format("20060102-150405"))
-			if err := os.MkdirAll(logs, 0o755); err == nil {
-				cl.saveLogs(logs)
-				fmt.Fprintf(os.Stderr, "bench: server logs saved in %s\n", logs)
-			}
-		}
-		fmt.Fprintln(os.Stderr, "bench: stopping the cluster")
-		if err := cl.down(); err != nil {
-			b.res.Errors = append(b.res.Errors, "cluster-down: "+err.Error())
-		}
-	}()
+	step("CRD: starting etcd and kube-apiserver (hack/local-up-cluster.sh, state in %s)", cl.State)
+	defer b.stopCluster(cl)
 	if err := cl.up(ctx); err != nil {
 		return res, fmt.Errorf("cluster-up: %w", err)
 	}
 	// The CRD alone: our server would only hold memory and CPU.
-	if err := cl.stop(ctx, "network-apiserver"); err != nil {
+	if err := cl.Stop(ctx, "network-apiserver"); err != nil {
 		return res, err
 	}
-	admin, err := loadAdmin(cl.path("admin.kubeconfig"))
+	admin, err := loadAdmin(cl.Path("admin.kubeconfig"))
 	if err != nil {
 		return res, err
 	}
-	ep, err := newEndpoint(admin, fmt.Sprintf("https://127.0.0.1:%d", cl.apiserverPort), "", b.cfg.Compression)
+	ep, err := newEndpoint(admin, fmt.Sprintf("https://127.0.0.1:%d", cl.APIServerPort), "", b.cfg.Compression)
 	if err != nil {
 		return res, err
 	}
@@ -211,9 +201,9 @@ func (b *bench) scaleCRD(ctx context.Context, root string, target int, budget in
 		return res, err
 	}
 	b.res.Machine.KubeAPIServer = version(ctx, ep)
-	sc := &scaleSide{name: "CRD", cl: cl, be: be, processes: res.Processes, db: cl.path("etcd/member/snap/db"),
-		etcd: etcdAccess{url: fmt.Sprintf("https://127.0.0.1:%d", cl.etcdPort), ca: cl.path("pki/etcd-ca.crt"),
-			cert: cl.path("pki/etcd-client.crt"), key: cl.path("pki/etcd-client.key"), ownProcess: true}}
+	sc := &scaleSide{name: "CRD", cl: cl, be: be, processes: res.Processes, db: cl.Path("etcd/member/snap/db"),
+		etcd: etcdAccess{url: fmt.Sprintf("https://127.0.0.1:%d", cl.EtcdPort), ca: cl.Path("pki/etcd-ca.crt"),
+			cert: cl.Path("pki/etcd-client.crt"), key: cl.Path("pki/etcd-client.key"), ownProcess: true}}
 	return res, b.scaleMeasure(ctx, sc, res)
 }
 
@@ -261,7 +251,7 @@ func (s *scaleSide) heap(ctx context.Context) (map[string]int64, int64, error) {
 func (s *scaleSide) rss() (map[string]int64, int64, error) {
 	m, total := map[string]int64{}, int64(0)
 	for _, p := range s.processes {
-		v, err := s.cl.rssBytes(p)
+		v, err := s.cl.RSSBytes(p)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -377,10 +367,10 @@ func (b *bench) scaleMeasure(ctx context.Context, s *scaleSide, res *scaleResult
 
 	server := s.processes[0]
 	step("%s: restarting %s with %d stored", s.name, server, res.Stored)
-	if err := s.cl.stop(ctx, server); err != nil {
+	if err := s.cl.Stop(ctx, server); err != nil {
 		return err
 	}
-	started, err := s.cl.start(server)
+	started, err := s.cl.Start(server)
 	if err != nil {
 		return err
 	}
@@ -444,7 +434,7 @@ func (b *bench) keepLogOnError(cl *cluster, component, side string) {
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return
 	}
-	if body, err := os.ReadFile(cl.path(component + ".log")); err == nil {
+	if body, err := os.ReadFile(cl.Path(component + ".log")); err == nil {
 		file := filepath.Join(logs, side+"-"+component+".log")
 		if os.WriteFile(file, body, 0o644) == nil {
 			fmt.Fprintf(os.Stderr, "bench: %s log saved in %s\n", component, file)

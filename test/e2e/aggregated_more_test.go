@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
+	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
 // writeManifest writes a manifest into a temporary file and returns its path.
@@ -42,23 +42,6 @@ func networkYAML(name, cidr string, extra ...string) string {
 		s += e + "\n"
 	}
 	return s
-}
-
-// processGone reports whether pid no longer runs (absent, or a zombie nobody has reaped yet).
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return os.IsNotExist(err)
-	}
-	// pid (comm) STATE ...; comm may contain spaces, so look after the last ')'.
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] == 'Z' || s[i+2] == 'X'
-	}
-	return false
 }
 
 // TestAggregatedMore drives more of the API through kube-apiserver on one local cluster: kubectl
@@ -199,7 +182,7 @@ func TestAggregatedMore(t *testing.T) {
 			t.Fatalf("SIGTERM network-apiserver (pid %d): %v", pid, err)
 		}
 		eventually(t, 60*time.Second, "network-apiserver exits on SIGTERM", func() (bool, string) {
-			return processGone(pid), "pid " + strconv.Itoa(pid) + " still running"
+			return !localcluster.Running(pid), "pid " + strconv.Itoa(pid) + " still running"
 		})
 
 		const available = `jsonpath={.status.conditions[?(@.type=="Available")].status} {.status.conditions[?(@.type=="Available")].reason}`

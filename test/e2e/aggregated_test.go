@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -15,9 +14,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
+	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
 // localCluster runs hack/local-up-cluster.sh in a temporary state dir on free loopback ports and
@@ -30,15 +29,12 @@ func localCluster(t *testing.T, extraEnv ...string) *standalone {
 		tool(t, "", b)
 	}
 	state := filepath.Join(t.TempDir(), "cluster")
-	ports := freePorts(t, 4)
-	env := append(os.Environ(), "LOCAL_CLUSTER_DIR="+state,
-		fmt.Sprintf("ETCD_PORT=%d", ports[0]), fmt.Sprintf("ETCD_PEER_PORT=%d", ports[1]),
-		fmt.Sprintf("APISERVER_PORT=%d", ports[2]), fmt.Sprintf("NETWORK_APISERVER_PORT=%d", ports[3]))
-	env = append(env, extraEnv...)
+	local, err := localcluster.New(repoRoot, state, extraEnv...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	script := func(ctx context.Context, arg string) (string, error) {
-		cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "local-up-cluster.sh"), arg)
-		cmd.Dir, cmd.Env = repoRoot, env
-		out, err := cmd.CombinedOutput()
+		out, err := local.Command(ctx, "local-up-cluster.sh", arg).CombinedOutput()
 		return string(out), err
 	}
 	// Registered before starting, so that a half-started cluster is stopped too.
@@ -65,11 +61,11 @@ func localCluster(t *testing.T, extraEnv ...string) *standalone {
 		t.Fatalf("cluster-up: %v\n%s", err, out)
 	}
 	t.Logf("cluster-up took %s", time.Since(start).Round(time.Millisecond))
-	kubeconfig := filepath.Join(state, "admin.kubeconfig")
+	kubeconfig := local.Path("admin.kubeconfig")
 	if !strings.Contains(out, "export KUBECONFIG="+kubeconfig) {
 		t.Errorf("cluster-up did not print the KUBECONFIG line:\n%s", out)
 	}
-	return &standalone{kubeconfig: kubeconfig}
+	return &standalone{kubeconfig: kubeconfig, local: local}
 }
 
 // localClusterCommand runs `hack/local-up-cluster.sh arg` on the cluster c (restart-apiserver,
@@ -78,9 +74,7 @@ func localClusterCommand(t *testing.T, c *standalone, arg string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "local-up-cluster.sh"), arg)
-	cmd.Dir, cmd.Env = repoRoot, append(os.Environ(), "LOCAL_CLUSTER_DIR="+filepath.Dir(c.kubeconfig))
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := c.local.Command(ctx, "local-up-cluster.sh", arg).CombinedOutput(); err != nil {
 		t.Fatalf("local-up-cluster.sh %s: %v\n%s", arg, err, out)
 	}
 }
@@ -133,10 +127,7 @@ func TestAggregatedThroughKubeAPIServer(t *testing.T) {
 	})
 
 	// Protobuf through the aggregator, with the admin kubeconfig's credentials.
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := c.restConfig(t)
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)

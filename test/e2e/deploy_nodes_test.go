@@ -2,17 +2,12 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -26,35 +21,28 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/clientcmd"
 
 	samplecrdv1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
-	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
+	"github.com/samplecrd/network-apiserver/pkg/certs"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
 
 // issue signs a certificate for cn and dnsNames with the given extended usages; PEM cert and key.
 func (ca *testCA) issue(t *testing.T, cn string, dnsNames []string, usages ...x509.ExtKeyUsage) ([]byte, []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: cn}, DNSNames: dnsNames,
+	pair, err := certs.Issue(&x509.Certificate{
+		Subject: pkix.Name{CommonName: cn}, DNSNames: dnsNames,
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: usages,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	}, ca.KeyPair)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	key, err := pair.KeyPEM()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	return pair.CertPEM(), key
 }
 
 // tlsSecret creates a Secret of type kubernetes.io/tls with ca.crt, as the README asks.
@@ -190,14 +178,7 @@ spec:
 	c.kubectl(t, "wait", "--for=condition=Available", "--timeout=180s", "apiservice/v1.samplecrd.k8s.io", "apiservice/v1beta1.samplecrd.k8s.io")
 	t.Logf("kubectl apply -k to APIServices Available: %s", time.Since(start).Round(time.Millisecond))
 
-	cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := versioned.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := c.clientset(t)
 	networks := client.SamplecrdV1().Networks("default")
 
 	t.Run("EtcdWithTLS", func(t *testing.T) {

@@ -21,31 +21,25 @@ import (
 	"time"
 
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
+	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
 // nodeCluster is a local cluster with real nodes (hack/local-up-nodes.sh).
 type nodeCluster struct {
 	*standalone
 	state    string
-	env      []string
 	cgPrefix string // the cluster's cgroups: <cgPrefix>-cp, <cgPrefix>-node<i>
 }
 
 func (c *nodeCluster) script(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(repoRoot, "hack", "local-up-nodes.sh"), args...)
-	cmd.Dir, cmd.Env = repoRoot, c.env
-	out, err := cmd.CombinedOutput()
+	out, err := c.local.Command(ctx, "local-up-nodes.sh", args...).CombinedOutput()
 	return string(out), err
 }
 
 // pid reads one of the cluster's pid files (nodes/NAME.pid).
 func (c *nodeCluster) pid(t *testing.T, name string) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(c.state, "nodes", name+".pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	pid, err := c.local.PID(filepath.Join("nodes", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,12 +194,11 @@ func startNodeCluster(t *testing.T, before map[string]string, extraEnv ...string
 		tool(t, "", b)
 	}
 	state := filepath.Join(t.TempDir(), "cluster")
-	ports := freePorts(t, 4)
-	c := &nodeCluster{state: state, standalone: &standalone{kubeconfig: filepath.Join(state, "admin.kubeconfig")}}
-	c.env = append(os.Environ(), "LOCAL_CLUSTER_DIR="+state, "NODES=2",
-		fmt.Sprintf("ETCD_PORT=%d", ports[0]), fmt.Sprintf("ETCD_PEER_PORT=%d", ports[1]),
-		fmt.Sprintf("APISERVER_PORT=%d", ports[2]), fmt.Sprintf("NETWORK_APISERVER_PORT=%d", ports[3]))
-	c.env = append(c.env, extraEnv...)
+	local, err := localcluster.New(repoRoot, state, append([]string{"NODES=2"}, extraEnv...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &nodeCluster{state: state, standalone: &standalone{kubeconfig: local.Path("admin.kubeconfig"), local: local}}
 	sum := sha256.Sum256([]byte(state))
 	c.cgPrefix = "lc-" + hex.EncodeToString(sum[:])[:8]
 	// What must be gone after cluster-down, recorded while the cluster runs.
@@ -249,7 +242,7 @@ func startNodeCluster(t *testing.T, before map[string]string, extraEnv ...string
 		if b, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(b, []byte(state)) {
 			t.Errorf("cluster-down left mounts under %s", state)
 		}
-		for _, p := range []int{ports[0], ports[2], ports[3]} {
+		for _, p := range []int{local.EtcdPort, local.APIServerPort, local.NetworkPort} {
 			if conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", p), time.Second); err == nil {
 				conn.Close()
 				t.Errorf("cluster-down left a listener on 127.0.0.1:%d", p)

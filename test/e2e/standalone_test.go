@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,10 +19,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
+	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
-var repoRoot = func() string { d, _ := filepath.Abs("../.."); return d }()
+var repoRoot = func() string { d, _ := localcluster.RepoRoot(); return d }()
 
 // tool returns the path of a binary built by make (KUBECTL / SERVER override).
 func tool(t *testing.T, env, name string) string {
@@ -44,27 +45,17 @@ type standalone struct {
 	kubeconfig string
 	url        string
 	log        *bytes.Buffer
+	local      *localcluster.Cluster // set by localCluster: the scripts' cluster
 }
 
+// freePort is a free loopback port.
 func freePort(t *testing.T) int {
 	t.Helper()
-	return freePorts(t, 1)[0]
-}
-
-// freePorts returns n distinct free loopback ports. The listeners stay open until all n are
-// picked: closed one by one, the kernel may hand out the same port twice.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+	ports, err := localcluster.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ports
+	return ports[0]
 }
 
 func startStandalone(t *testing.T, args ...string) *standalone {
@@ -107,6 +98,26 @@ func startStandalone(t *testing.T, args ...string) *standalone {
 		t.Fatalf("network-apiserver not ready: %v\n%s", err, tail(s.log))
 	}
 	return s
+}
+
+// restConfig is the client configuration of the admin kubeconfig.
+func (s *standalone) restConfig(t *testing.T) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// clientset is a typed client with the admin credentials.
+func (s *standalone) clientset(t *testing.T) versioned.Interface {
+	t.Helper()
+	client, err := versioned.NewForConfig(s.restConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }
 
 func tail(b *bytes.Buffer) string {
@@ -207,10 +218,7 @@ func TestStandaloneWithKubectl(t *testing.T) {
 		t.Errorf("a rejected Network was stored:\n%s", out)
 	}
 	// Raw discovery with the admin credentials, like the README's curl lines.
-	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := s.restConfig(t)
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)

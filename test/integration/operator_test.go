@@ -4,15 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"math/big"
 	"net"
@@ -26,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
+	"github.com/samplecrd/network-apiserver/pkg/certs"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	"github.com/samplecrd/network-apiserver/pkg/standaloneauth"
 	"github.com/samplecrd/network-apiserver/test/integration/framework"
@@ -240,33 +237,30 @@ rules:
 // selfSigned writes a self-signed serving certificate for 127.0.0.1 and returns its serial.
 func selfSigned(t *testing.T, certFile, keyFile string) *big.Int {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: "rotated"},
+	pair, err := certs.Issue(&x509.Certificate{Subject: pkix.Name{CommonName: "rotated"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyDER, _ := x509.MarshalPKCS8PrivateKey(key)
+	keyPEM, err := pair.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Key and certificate are replaced by rename, as a Secret volume or cert-manager does.
 	for _, f := range []struct {
 		path string
-		pem  *pem.Block
-	}{{keyFile, &pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}}, {certFile, &pem.Block{Type: "CERTIFICATE", Bytes: der}}} {
-		if err := os.WriteFile(f.path+".new", pem.EncodeToMemory(f.pem), 0o600); err != nil {
+		pem  []byte
+	}{{keyFile, keyPEM}, {certFile, pair.CertPEM()}} {
+		if err := os.WriteFile(f.path+".new", f.pem, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Rename(f.path+".new", f.path); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return serial
+	return pair.Cert.SerialNumber
 }
 
 // The serving certificate is re-read from disk: new connections see a replaced one, no restart.

@@ -17,6 +17,9 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/rest"
+
+	"github.com/samplecrd/network-apiserver/pkg/embeddedetcd"
+	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
 // etcdPrefix is the servers' default --etcd-prefix; Networks and allocations live under it.
@@ -28,7 +31,8 @@ type cluster struct {
 	bin      string
 	embedded bool
 
-	members   []*proc
+	etcd      *localcluster.Etcd // nil in embedded mode
+	members   []*localcluster.Process
 	endpoints []string // etcd client URLs
 	etcdTLS   *tls.Config
 	replicas  []*replica
@@ -37,7 +41,7 @@ type cluster struct {
 // replica is one network-apiserver process.
 type replica struct {
 	index   int
-	proc    *proc
+	proc    *localcluster.Process
 	url     string
 	dataDir string
 
@@ -53,16 +57,17 @@ func startCluster(ctx context.Context, dir, bin string, sc scenario) (*cluster, 
 		return nil, err
 	}
 	if !sc.Embedded {
-		if err := c.startEtcd(ctx, sc.EtcdMembers); err != nil {
-			c.stop()
+		etcd, err := localcluster.StartEtcd(ctx, dir, bin, sc.EtcdMembers)
+		if err != nil {
 			return nil, err
 		}
+		c.etcd, c.members, c.endpoints, c.etcdTLS = etcd, etcd.Members, etcd.Endpoints, etcd.TLS
 	}
 	n := sc.Replicas
 	if sc.Embedded {
 		n = 1
 	}
-	ports, err := freePorts(n + 1)
+	ports, err := localcluster.FreePorts(n + 1)
 	if err != nil {
 		return nil, err
 	}
@@ -76,13 +81,13 @@ func startCluster(ctx context.Context, dir, bin string, sc scenario) (*cluster, 
 			args = append(args, "--embedded-etcd-port", strconv.Itoa(ports[n]))
 		} else {
 			args = append(args, "--etcd-servers", strings.Join(c.endpoints, ","),
-				"--etcd-cafile", filepath.Join(dir, "pki", "ca.crt"),
-				"--etcd-certfile", filepath.Join(dir, "pki", "client.crt"),
-				"--etcd-keyfile", filepath.Join(dir, "pki", "client.key"))
+				"--etcd-cafile", c.etcd.PKI.CAFile,
+				"--etcd-certfile", c.etcd.Client.Cert,
+				"--etcd-keyfile", c.etcd.Client.Key)
 		}
-		r.proc = newProc(fmt.Sprintf("network-apiserver-%d", i), filepath.Join(dir, fmt.Sprintf("network-apiserver-%d.log", i)), args...)
+		r.proc = localcluster.NewProcess(fmt.Sprintf("network-apiserver-%d", i), filepath.Join(dir, fmt.Sprintf("network-apiserver-%d.log", i)), args...)
 		c.replicas = append(c.replicas, r)
-		if err := r.proc.start(); err != nil {
+		if err := r.proc.Start(); err != nil {
 			c.stop()
 			return nil, err
 		}
@@ -116,60 +121,10 @@ func embeddedEtcd(dataDir string) (string, *tls.Config, error) {
 	if !strings.HasPrefix(ep, "https://") {
 		return ep, nil, nil
 	}
-	certs := filepath.Join(dataDir, "etcd-certs")
-	info := transport.TLSInfo{
-		TrustedCAFile: filepath.Join(certs, "ca.crt"),
-		CertFile:      filepath.Join(certs, "client.crt"),
-		KeyFile:       filepath.Join(certs, "client.key"),
-	}
+	pki := embeddedetcd.PKIFor(dataDir)
+	info := transport.TLSInfo{TrustedCAFile: pki.CAFile, CertFile: pki.CertFile, KeyFile: pki.KeyFile}
 	cfg, err := info.ClientConfig()
 	return ep, cfg, err
-}
-
-func (c *cluster) startEtcd(ctx context.Context, members int) error {
-	p, err := newPKI(filepath.Join(c.dir, "pki"))
-	if err != nil {
-		return err
-	}
-	client, err := p.issue("client", false)
-	if err != nil {
-		return err
-	}
-	info := transport.TLSInfo{TrustedCAFile: p.CAFile, CertFile: client.Cert, KeyFile: client.Key}
-	if c.etcdTLS, err = info.ClientConfig(); err != nil {
-		return err
-	}
-	ports, err := freePorts(2 * members)
-	if err != nil {
-		return err
-	}
-	var initial []string
-	for i := range members {
-		initial = append(initial, fmt.Sprintf("m%d=https://127.0.0.1:%d", i, ports[2*i+1]))
-		c.endpoints = append(c.endpoints, fmt.Sprintf("https://127.0.0.1:%d", ports[2*i]))
-	}
-	for i := range members {
-		cert, err := p.issue(fmt.Sprintf("member-%d", i), true)
-		if err != nil {
-			return err
-		}
-		peer := fmt.Sprintf("https://127.0.0.1:%d", ports[2*i+1])
-		m := newProc(fmt.Sprintf("etcd-%d", i), filepath.Join(c.dir, fmt.Sprintf("etcd-%d.log", i)),
-			filepath.Join(c.bin, "etcd"), "--name", fmt.Sprintf("m%d", i),
-			"--data-dir", filepath.Join(c.dir, fmt.Sprintf("etcd-%d", i)),
-			"--listen-client-urls", c.endpoints[i], "--advertise-client-urls", c.endpoints[i],
-			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
-			"--initial-cluster-token", "robustness",
-			"--cert-file", cert.Cert, "--key-file", cert.Key, "--trusted-ca-file", p.CAFile, "--client-cert-auth",
-			"--peer-cert-file", cert.Cert, "--peer-key-file", cert.Key, "--peer-trusted-ca-file", p.CAFile, "--peer-client-cert-auth",
-			"--log-level", "warn")
-		c.members = append(c.members, m)
-		if err := m.start(); err != nil {
-			return err
-		}
-	}
-	return c.waitEtcd(ctx, 2*time.Minute)
 }
 
 // etcdClient is a client of the whole etcd cluster (or the embedded member).
@@ -181,40 +136,13 @@ func (c *cluster) etcdClient() (*clientv3.Client, error) {
 	})
 }
 
-// waitEtcd waits until every member answers a read of its own (a serializable read still needs
-// the member to have joined; a linearizable one needs a leader).
-func (c *cluster) waitEtcd(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for _, ep := range c.endpoints {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, TLS: c.etcdTLS, DialTimeout: 2 * time.Second})
-		if err != nil {
-			return err
-		}
-		for {
-			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err = cli.Get(rctx, "health")
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				cli.Close()
-				return fmt.Errorf("etcd member %s not healthy after %s: %v", ep, timeout, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		cli.Close()
-	}
-	return nil
-}
-
 // stop ends every process (SIGKILL: nothing is kept).
 func (c *cluster) stop() {
 	for _, r := range c.replicas {
-		_ = r.proc.stop(syscall.SIGKILL, 10*time.Second)
+		_ = r.proc.Stop(syscall.SIGKILL, 10*time.Second)
 	}
-	for _, m := range c.members {
-		_ = m.stop(syscall.SIGKILL, 10*time.Second)
+	if c.etcd != nil {
+		c.etcd.Stop()
 	}
 }
 
@@ -227,12 +155,12 @@ func (r *replica) waitReady(ctx context.Context, timeout time.Duration) error {
 			return nil
 		}
 		select {
-		case <-r.proc.exited():
-			return fmt.Errorf("%s exited before it was ready (log: %s): %v", r.proc.name, r.proc.log, err)
+		case <-r.proc.Exited():
+			return fmt.Errorf("%s exited before it was ready (log: %s): %v", r.proc.Name, r.proc.Log, err)
 		default:
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s not ready after %s: %v", r.proc.name, timeout, err)
+			return fmt.Errorf("%s not ready after %s: %v", r.proc.Name, timeout, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
 // Fault kinds. Each is bounded in time: the process is back (or thawed) within seconds.
@@ -79,22 +81,22 @@ func (in *injector) inject(ctx context.Context, kind string) fault {
 	switch kind {
 	case faultKillServer, faultRestart:
 		r := in.c.replicas[in.rng.IntN(len(in.c.replicas))]
-		f.Target, f.Replica, f.EtcdOutage = r.proc.name, r.index, in.c.embedded
+		f.Target, f.Replica, f.EtcdOutage = r.proc.Name, r.index, in.c.embedded
 		sig, grace := syscall.SIGKILL, 10*time.Second
 		if kind == faultRestart {
 			sig, grace = syscall.SIGTERM, 90*time.Second
 		}
-		if err = r.proc.stop(sig, grace); err == nil {
+		if err = r.proc.Stop(sig, grace); err == nil {
 			if kind == faultKillServer {
 				pause(ctx, in.down())
 			}
 			f.Restored = time.Now().UnixNano()
-			err = r.proc.start()
+			err = r.proc.Start()
 		}
 	case faultStopMember, faultKillMember:
 		m := in.c.members[in.rng.IntN(len(in.c.members))]
-		f.Target, f.EtcdOutage = m.name, true
-		err = in.pauseOrKill([]*proc{m}, kind == faultKillMember)
+		f.Target, f.EtcdOutage = m.Name, true
+		err = in.pauseOrKill([]*localcluster.Process{m}, kind == faultKillMember)
 		f.Restored = time.Now().UnixNano()
 	case faultStopEtcd, faultKillEtcd:
 		f.Target, f.EtcdOutage = "all etcd members", true
@@ -102,7 +104,7 @@ func (in *injector) inject(ctx context.Context, kind string) fault {
 		if in.c.embedded {
 			// The embedded etcd lives in the server: freezing it freezes both; killing it is
 			// faultKillServer.
-			procs, f.Target, f.Replica = []*proc{in.c.replicas[0].proc}, in.c.replicas[0].proc.name, 0
+			procs, f.Target, f.Replica = []*localcluster.Process{in.c.replicas[0].proc}, in.c.replicas[0].proc.Name, 0
 		}
 		err = in.pauseOrKill(procs, kind == faultKillEtcd)
 		f.Restored = time.Now().UnixNano()
@@ -116,7 +118,7 @@ func (in *injector) inject(ctx context.Context, kind string) fault {
 		err = fmt.Errorf("unknown fault %q", kind)
 	}
 	if err == nil && !in.c.embedded && kind != faultKillServer && kind != faultRestart && kind != faultCompact {
-		err = in.c.waitEtcd(ctx, 2*time.Minute)
+		err = in.c.etcd.WaitHealthy(ctx, 2*time.Minute)
 	}
 	if err == nil {
 		for _, r := range in.c.replicas {
@@ -134,13 +136,13 @@ func (in *injector) inject(ctx context.Context, kind string) fault {
 
 // pauseOrKill freezes (SIGSTOP) or kills the processes, waits a seeded while, then thaws or
 // starts them again.
-func (in *injector) pauseOrKill(procs []*proc, kill bool) error {
+func (in *injector) pauseOrKill(procs []*localcluster.Process, kill bool) error {
 	for _, p := range procs {
 		var err error
 		if kill {
-			err = p.stop(syscall.SIGKILL, 10*time.Second)
+			err = p.Stop(syscall.SIGKILL, 10*time.Second)
 		} else {
-			err = p.signal(syscall.SIGSTOP)
+			err = p.Signal(syscall.SIGSTOP)
 		}
 		if err != nil {
 			return err
@@ -150,9 +152,9 @@ func (in *injector) pauseOrKill(procs []*proc, kill bool) error {
 	for _, p := range procs {
 		var err error
 		if kill {
-			err = p.start()
+			err = p.Start()
 		} else {
-			err = p.signal(syscall.SIGCONT)
+			err = p.Signal(syscall.SIGCONT)
 		}
 		if err != nil {
 			return err

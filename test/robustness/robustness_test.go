@@ -19,6 +19,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
+
+	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
 var (
@@ -30,20 +32,11 @@ var (
 )
 
 func repoRoot(t testing.TB) string {
-	dir, err := os.Getwd()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "hack", "local-up-cluster.sh")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no repository root above the working directory")
-		}
-		dir = parent
-	}
+	return root
 }
 
 // TestRobustness runs each scenario: traffic from many clients, faults, then the validation.
@@ -215,11 +208,11 @@ func runScenario(t *testing.T, sc scenario, bin, out string, seed int64) {
 	for _, r := range c.replicas {
 		_, items, rv, err := freshList(ctx, r)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("final-list: %s: %v", r.proc.name, err))
+			problems = append(problems, fmt.Sprintf("final-list: %s: %v", r.proc.Name, err))
 			continue
 		}
 		if got, want := itemsMap(items), rp.networksAt(rv); !mapsEqual(got, want) {
-			problems = append(problems, fmt.Sprintf("final-list: %s at revision %d lists %v, the history has %v", r.proc.name, rv, got, want))
+			problems = append(problems, fmt.Sprintf("final-list: %s at revision %d lists %v, the history has %v", r.proc.Name, rv, got, want))
 		}
 	}
 	stopWatch()
@@ -234,7 +227,7 @@ func runScenario(t *testing.T, sc scenario, bin, out string, seed int64) {
 	// Stop the servers gracefully: a shutdown must not write anything wrong either.
 	shutdown := time.Now()
 	for _, r := range c.replicas {
-		if err := r.proc.stop(syscall.SIGTERM, 90*time.Second); err != nil {
+		if err := r.proc.Stop(syscall.SIGTERM, 90*time.Second); err != nil {
 			problems = append(problems, "shutdown: "+err.Error())
 		}
 	}
