@@ -1,3 +1,19 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
 // Package netbackend is the node side of a Network: what the controller asks a backend to make
 // true on the node (a bridge carrying the gateway address, and a CNI configuration for it), and
 // what the backend finds there. Implementations: linux (netlink and CNI files) and fake (unit tests).
