@@ -72,10 +72,12 @@ func (b *bench) stopCluster(cl *cluster) {
 			fmt.Fprintf(os.Stderr, "bench: server logs saved in %s\n", logs)
 		}
 	}
-	fmt.Fprintln(os.Stderr, "bench: stopping the cluster")
+	step("stopping the cluster")
+	t := time.Now()
 	if err := cl.down(); err != nil {
 		b.res.Errors = append(b.res.Errors, "cluster-down: "+err.Error())
 	}
+	step("cluster stopped in %.1f s", time.Since(t).Seconds())
 }
 
 func (c *cluster) up(ctx context.Context) error { return c.script(ctx, "up") }

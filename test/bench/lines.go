@@ -82,13 +82,14 @@ func (r *results) buildLines() {
 	}
 	r.addLine(fmt.Sprintf("informer cold sync, %d informers × %d", informers, cfg.SyncObjects), unitMs, osync, csync, false, 5)
 
-	var orr, ofl, crr, cfl *float64
+	var ostop, orr, ofl, cstop, crr, cfl *float64
 	if x := o.Restart; x != nil {
-		orr, ofl = val(x.ReadyMs), val(x.FirstListMs)
+		ostop, orr, ofl = val(x.StopMs), val(x.ReadyMs), val(x.FirstListMs)
 	}
 	if x := c.Restart; x != nil {
-		crr, cfl = val(x.ReadyMs), val(x.FirstListMs)
+		cstop, crr, cfl = val(x.StopMs), val(x.ReadyMs), val(x.FirstListMs)
 	}
+	r.addLine(fmt.Sprintf("restart with %d stored: SIGTERM → exit", cfg.RestartObjects), unitMs, ostop, cstop, false, 0)
 	r.addLine(fmt.Sprintf("restart with %d stored: start → /readyz", cfg.RestartObjects), unitMs, orr, crr, false, 0)
 	r.addLine(fmt.Sprintf("restart with %d stored: start → full LIST", cfg.RestartObjects), unitMs, ofl, cfl, false, 2)
 
@@ -272,5 +273,6 @@ func (r *results) scaleLines() {
 		}
 		return s.PagedList.MedianMs
 	})
+	line("restart: SIGTERM → exit", unitMs, false, 0, func(s *scaleResult) float64 { return s.RestartStopMs })
 	line("restart → /readyz", unitMs, false, 0, func(s *scaleResult) float64 { return s.RestartReadyMs })
 }

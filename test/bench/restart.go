@@ -25,9 +25,10 @@ import (
 
 // restartResult is one server stopped and started again with its stored objects.
 type restartResult struct {
-	Component string  `json:"component"`
-	Objects   int     `json:"objects"`
-	StopMs    float64 `json:"stopMs"`
+	Component string `json:"component"`
+	Objects   int    `json:"objects"`
+	// StopMs runs from SIGTERM to the process's exit.
+	StopMs float64 `json:"stopMs"`
 	// From process start to /readyz 200, and to the first LIST of all objects served in full.
 	ReadyMs     float64 `json:"readyMs"`
 	FirstListMs float64 `json:"firstListMs"`

@@ -81,7 +81,9 @@ type scaleResult struct {
 	// RestartReadyMs runs from the server's start to /readyz 200 (ours: with its embedded etcd;
 	// the CRD: kube-apiserver alone, etcd stays up).
 	RestartReadyMs float64 `json:"restartReadyMs"`
-	Log            string  `json:"log,omitempty"`
+	// RestartStopMs runs from SIGTERM to the server's exit before that restart.
+	RestartStopMs float64 `json:"restartStopMs"`
+	Log           string  `json:"log,omitempty"`
 }
 
 // runScale runs the scale point and reports it; the exit code is as for run.
@@ -383,9 +385,12 @@ func (b *bench) scaleMeasure(ctx context.Context, s *scaleSide, res *scaleResult
 
 	server := s.processes[0]
 	step("%s: restarting %s with %d stored", s.name, server, res.Stored)
+	stopping := time.Now()
 	if err := s.cl.Stop(ctx, server); err != nil {
 		return err
 	}
+	res.RestartStopMs = ms(time.Since(stopping))
+	step("%s: %s exited %.2f s after SIGTERM", s.name, server, res.RestartStopMs/1000)
 	started, err := s.cl.Start(server)
 	if err != nil {
 		return err

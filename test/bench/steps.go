@@ -275,7 +275,7 @@ func (b *bench) restartBoth(ctx context.Context) ([]*restartResult, error) {
 			return nil, fmt.Errorf("%s: restart: %w", s.name, err)
 		}
 		out = append(out, r)
-		step("%s: ready after %.2f s, first full LIST after %.2f s", s.name, r.ReadyMs/1000, r.FirstListMs/1000)
+		step("%s: exited %.2f s after SIGTERM; ready after %.2f s, first full LIST after %.2f s", s.name, r.StopMs/1000, r.ReadyMs/1000, r.FirstListMs/1000)
 	}
 	// Our server reaches its clients' authorization (and the aggregated path) through
 	// kube-apiserver: both must be back before anything else is measured.
