@@ -272,8 +272,11 @@ func run(ctx context.Context, cfg config) int {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		return 2
 	}
+	// Sampled before anything starts, so that a reader can trust or discount the figures.
+	load := sampleLoad(ctx, loadWindow)
+	fmt.Fprintln(os.Stderr, "bench:", load.String())
 	if cfg.scaleMode() {
-		return runScale(ctx, cfg, root)
+		return runScale(ctx, cfg, root, load)
 	}
 	cl, err := newCluster(root)
 	if err != nil {
@@ -281,6 +284,7 @@ func run(ctx context.Context, cfg config) int {
 		return 2
 	}
 	b := newBench(cfg, cl)
+	b.res.LoadBefore = load
 	// Down runs however the run ends; a signal cancels ctx, which ends the run.
 	runErr := b.run(ctx)
 	if runErr != nil {

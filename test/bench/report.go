@@ -49,14 +49,16 @@ type sideFigures struct {
 
 // results is everything one run measured; it is written as JSON.
 type results struct {
-	Started time.Time   `json:"started"`
-	Seconds float64     `json:"seconds"`
-	Machine machine     `json:"machine"`
-	Config  config      `json:"config"`
-	Ours    sideFigures `json:"ours"`
-	CRD     sideFigures `json:"crd"`
-	Lines   []line      `json:"lines"`
-	Errors  []string    `json:"errors,omitempty"`
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
+	Machine machine   `json:"machine"`
+	// LoadBefore is how busy the machine was just before the run.
+	LoadBefore *loadSample `json:"loadBefore"`
+	Config     config      `json:"config"`
+	Ours       sideFigures `json:"ours"`
+	CRD        sideFigures `json:"crd"`
+	Lines      []line      `json:"lines"`
+	Errors     []string    `json:"errors,omitempty"`
 }
 
 // line is a row of the table: ours against the CRD, with a ratio above 1 when ours is better.
@@ -138,6 +140,7 @@ func (r *results) missing() []string {
 func (r *results) printTable(w io.Writer) {
 	m := r.Machine
 	fmt.Fprintf(w, "\nnetwork-apiserver vs the best CRD for the same API, %s\n", r.Started.Format(time.RFC3339))
+	fmt.Fprintln(w, r.LoadBefore.String())
 	fmt.Fprintf(w, "machine: %s, %d cores, Linux %s, %s\n", m.CPU, m.Cores, m.Kernel, m.Go)
 	etcds := "one etcd for both"
 	if r.Config.scaleMode() {

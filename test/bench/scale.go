@@ -87,8 +87,9 @@ type scaleResult struct {
 }
 
 // runScale runs the scale point and reports it; the exit code is as for run.
-func runScale(ctx context.Context, cfg config, root string) int {
+func runScale(ctx context.Context, cfg config, root string, load *loadSample) int {
 	b := newBench(cfg, nil)
+	b.res.LoadBefore = load
 	b.res.Machine = machine{CPU: cpuModel(), Cores: runtime.NumCPU(), Kernel: kernel(), Go: runtime.Version(),
 		Etcd: etcdVersion(ctx, root)}
 	budget := int64(cfg.ScaleBudgetGiB * (1 << 30))
