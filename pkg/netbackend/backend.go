@@ -25,6 +25,17 @@ type Desired struct {
 	MTU int
 	// IPMasq asks the CNI bridge plugin to masquerade the pods' traffic leaving the prefix.
 	IPMasq bool
+	// Blocks are the parts of Prefix this node hands out to its pods. nil means the whole
+	// prefix, with a default route via the gateway (the configuration from before blocks; the
+	// controller does not fill Blocks yet). Non-nil, the CNI configuration has one host-local
+	// range per block, the whole prefix on-link, and a default route only with DefaultRoute.
+	// Empty but non-nil means the node holds no block: no CNI configuration is written and an
+	// existing one of ours is removed, so that no runtime hands out an address the node does
+	// not own (the bridge and its gateway stay for the pods already attached).
+	Blocks []netip.Prefix
+	// DefaultRoute gives the pods a default route via the gateway; it matters only with
+	// Blocks set (without blocks, pods always get one, as before).
+	DefaultRoute bool
 }
 
 // DefaultMTU is the bridge MTU when a Network does not ask for another.
@@ -51,6 +62,19 @@ func (d Desired) Validate() error {
 		return Errorf(ReasonBackendError, "network %s: gateway %s is not in %s", d.Key, d.Gateway, d.Prefix)
 	case d.MTU != 0 && (d.MTU < 68 || d.MTU > 65535):
 		return Errorf(ReasonBackendError, "network %s: MTU %d out of range", d.Key, d.MTU)
+	}
+	for i, b := range d.Blocks {
+		switch {
+		case !b.IsValid() || b != b.Masked():
+			return Errorf(ReasonBackendError, "network %s: block %v is not a valid prefix with no host bits", d.Key, b)
+		case b.Addr().Is4() != d.Prefix.Addr().Is4() || b.Bits() < d.Prefix.Bits() || !d.Prefix.Contains(b.Addr()):
+			return Errorf(ReasonBackendError, "network %s: block %s is not within %s", d.Key, b, d.Prefix.Masked())
+		}
+		for _, o := range d.Blocks[:i] {
+			if o.Overlaps(b) {
+				return Errorf(ReasonBackendError, "network %s: blocks %s and %s overlap", d.Key, o, b)
+			}
+		}
 	}
 	return nil
 }

@@ -27,6 +27,7 @@ type Counts struct {
 type Backend struct {
 	mu       sync.Mutex
 	nodes    map[string]*netbackend.Actual
+	desired  map[string]netbackend.Desired
 	failures map[string]error
 	occupied map[string]bool
 	listErr  error
@@ -45,6 +46,7 @@ var _ netbackend.Backend = (*Backend)(nil)
 func NewBackend() *Backend {
 	return &Backend{
 		nodes:           map[string]*netbackend.Actual{},
+		desired:         map[string]netbackend.Desired{},
 		failures:        map[string]error{},
 		occupied:        map[string]bool{},
 		watchers:        map[int]func(string){},
@@ -53,15 +55,25 @@ func NewBackend() *Backend {
 }
 
 // CNIConfig is the content the fake backend records as a Network's CNI configuration. It is
-// a stable rendering of d (not the real CNI format): equal desires give equal bytes.
+// a stable rendering of d (not the real CNI format): equal desires give equal bytes. Like the
+// linux backend, a Desired with Blocks empty but not nil has no configuration (nil).
 func CNIConfig(d netbackend.Desired) []byte {
+	if d.Blocks != nil && len(d.Blocks) == 0 {
+		return nil
+	}
+	var blocks []string
+	for _, p := range d.Blocks {
+		blocks = append(blocks, p.String())
+	}
 	b, err := json.Marshal(struct {
-		Network string `json:"network"`
-		Bridge  string `json:"bridge"`
-		Subnet  string `json:"subnet"`
-		Gateway string `json:"gateway"`
-		MTU     int    `json:"mtu"`
-	}{d.Key, netbackend.BridgeName(d.Key), d.Prefix.Masked().String(), d.Gateway.String(), d.EffectiveMTU()})
+		Network      string   `json:"network"`
+		Bridge       string   `json:"bridge"`
+		Subnet       string   `json:"subnet"`
+		Gateway      string   `json:"gateway"`
+		MTU          int      `json:"mtu"`
+		Blocks       []string `json:"blocks,omitempty"`
+		DefaultRoute bool     `json:"defaultRoute,omitempty"`
+	}{d.Key, netbackend.BridgeName(d.Key), d.Prefix.Masked().String(), d.Gateway.String(), d.EffectiveMTU(), blocks, d.DefaultRoute})
 	if err != nil {
 		panic(err) // cannot happen: only strings and ints
 	}
@@ -132,10 +144,15 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 		a.Up = true
 		changes = append(changes, "set "+bridge+" up")
 	}
-	if conf := CNIConfig(d); string(a.CNIConfig) != string(conf) {
+	switch conf := CNIConfig(d); {
+	case conf == nil && a.CNIConfig != nil:
+		a.CNIConfig = nil
+		changes = append(changes, "removed CNI configuration for "+bridge+": the node holds no block")
+	case conf != nil && string(a.CNIConfig) != string(conf):
 		a.CNIConfig = conf
 		changes = append(changes, "wrote CNI configuration for "+bridge)
 	}
+	b.desired[d.Key] = cloneDesired(d)
 	b.counts.Writes += len(changes)
 	return changes, netbackend.Outcome{Created: created, Ports: slices.Clone(a.Ports)}, nil
 }
@@ -159,7 +176,25 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 		b.counts.Writes++
 	}
 	delete(b.nodes, key)
+	delete(b.desired, key)
 	return nil
+}
+
+// Desired returns the last Desired that Ensure accepted for key (its Blocks, DefaultRoute and
+// Segment included), and whether there was one since the last Remove of key.
+func (b *Backend) Desired(key string) (netbackend.Desired, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, ok := b.desired[key]
+	if !ok {
+		return netbackend.Desired{}, false
+	}
+	return cloneDesired(d), true
+}
+
+func cloneDesired(d netbackend.Desired) netbackend.Desired {
+	d.Blocks = slices.Clone(d.Blocks)
+	return d
 }
 
 // List implements netbackend.Backend: the keys of every network with a bridge or a configuration.

@@ -302,3 +302,39 @@ func equalActual(a, b netbackend.Actual) bool {
 	return a.Key == b.Key && a.Bridge == b.Bridge && slices.Equal(a.Addresses, b.Addresses) &&
 		a.Up == b.Up && a.MTU == b.MTU && string(a.CNIConfig) == string(b.CNIConfig)
 }
+
+func TestEnsureRecordsBlocks(t *testing.T) {
+	ctx := context.Background()
+	b := NewBackend()
+	d := desired("default/blocks")
+	before := CNIConfig(d)
+	d.Blocks = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/28")}
+	d.DefaultRoute = true
+	if _, _, err := b.Ensure(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := b.Desired(d.Key)
+	if !ok || !slices.Equal(got.Blocks, d.Blocks) || !got.DefaultRoute {
+		t.Fatalf("Desired = %+v, %v; want the blocks and the default route recorded", got, ok)
+	}
+	if a := b.Get(d.Key); string(a.CNIConfig) == string(before) || !strings.Contains(string(a.CNIConfig), "10.99.0.0/28") {
+		t.Errorf("configuration %s does not reflect the blocks", a.CNIConfig)
+	}
+	// No block: no configuration.
+	d.Blocks = []netip.Prefix{}
+	if changes, _, err := b.Ensure(ctx, d); err != nil || len(changes) != 1 {
+		t.Fatalf("Ensure without blocks: %q, %v; want the configuration removed", changes, err)
+	}
+	if a := b.Get(d.Key); a.CNIConfig != nil {
+		t.Errorf("configuration %s without blocks, want none", a.CNIConfig)
+	}
+	if got, _ := b.Desired(d.Key); got.Blocks == nil {
+		t.Error("empty blocks recorded as nil")
+	}
+	if err := b.Remove(ctx, d.Key); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Desired(d.Key); ok {
+		t.Error("Desired still recorded after Remove")
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 
@@ -190,7 +192,17 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 		}
 		changes = append(changes, fmt.Sprintf("set %s up", name))
 	}
-	if !bytes.Equal(existing, conf) {
+	switch {
+	case conf == nil && state == confOurs:
+		// No block on this node: no runtime may hand out an address from the old ranges.
+		if err := os.Remove(confPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return changes, netbackend.Outcome{}, fail(err, "removing CNI configuration %s", confPath)
+		}
+		if err := syncDir(b.cfg.CNIConfDir); err != nil {
+			return changes, netbackend.Outcome{}, fail(err, "syncing %s", b.cfg.CNIConfDir)
+		}
+		changes = append(changes, fmt.Sprintf("removed CNI configuration %s: the node holds no block of the network", confPath))
+	case conf != nil && !bytes.Equal(existing, conf):
 		if err := writeFileAtomic(confPath, conf); err != nil {
 			return changes, netbackend.Outcome{}, fail(err, "writing CNI configuration %s", confPath)
 		}
