@@ -152,6 +152,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 		a.CNIConfig = conf
 		changes = append(changes, "wrote CNI configuration for "+bridge)
 	}
+	changes = append(changes, ensureSegment(a, d)...)
 	b.desired[d.Key] = cloneDesired(d)
 	b.counts.Writes += len(changes)
 	return changes, netbackend.Outcome{Created: created, Ports: slices.Clone(a.Ports)}, nil
@@ -194,7 +195,38 @@ func (b *Backend) Desired(key string) (netbackend.Desired, bool) {
 
 func cloneDesired(d netbackend.Desired) netbackend.Desired {
 	d.Blocks = slices.Clone(d.Blocks)
+	if d.Segment != nil {
+		s := *d.Segment
+		s.Peers = slices.Clone(s.Peers)
+		d.Segment = &s
+	}
 	return d
+}
+
+// ensureSegment makes a's segment device what d asks, like the linux backend's VXLAN device.
+func ensureSegment(a *netbackend.Actual, d netbackend.Desired) []string {
+	name := netbackend.SegmentDeviceName(d.Key)
+	if d.Segment == nil {
+		if a.Segment == nil {
+			return nil
+		}
+		a.Segment = nil
+		return []string{"deleted VXLAN device " + name}
+	}
+	peers := slices.Clone(d.Segment.Peers)
+	slices.SortFunc(peers, func(x, y netip.Addr) int { return x.Compare(y) })
+	want := netbackend.SegmentState{Device: name, Enslaved: true, Up: true, VNI: d.Segment.VNI,
+		Local: d.Segment.UnderlayAddress, MTU: d.EffectiveMTU(), Peers: slices.Compact(peers)}
+	if a.Segment != nil && a.Segment.Device == want.Device && a.Segment.Enslaved && a.Segment.Up && a.Segment.VNI == want.VNI &&
+		a.Segment.Local == want.Local && a.Segment.MTU == want.MTU && slices.Equal(a.Segment.Peers, want.Peers) {
+		return nil
+	}
+	change := "created VXLAN device " + name
+	if a.Segment != nil {
+		change = "updated VXLAN device " + name
+	}
+	a.Segment = &want
+	return []string{fmt.Sprintf("%s (VNI %d, peers %v)", change, want.VNI, want.Peers)}
 }
 
 // List implements netbackend.Backend: the keys of every network with a bridge or a configuration.
@@ -281,5 +313,10 @@ func clone(a *netbackend.Actual) *netbackend.Actual {
 	c.CNIConfig = slices.Clone(a.CNIConfig)
 	c.Ports = slices.Clone(a.Ports)
 	c.Leases = slices.Clone(a.Leases)
+	if a.Segment != nil {
+		s := *a.Segment
+		s.Peers = slices.Clone(s.Peers)
+		c.Segment = &s
+	}
 	return &c
 }

@@ -338,3 +338,34 @@ func TestEnsureRecordsBlocks(t *testing.T) {
 		t.Error("Desired still recorded after Remove")
 	}
 }
+
+func TestEnsureRecordsSegment(t *testing.T) {
+	ctx := context.Background()
+	b := NewBackend()
+	d := desired("default/seg")
+	d.Segment = &netbackend.Segment{VNI: 7, UnderlayAddress: netip.MustParseAddr("192.168.1.1"),
+		Peers: []netip.Addr{netip.MustParseAddr("192.168.1.3"), netip.MustParseAddr("192.168.1.2")}}
+	if _, _, err := b.Ensure(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := b.Desired(d.Key)
+	if got.Segment == nil || got.Segment.VNI != 7 || len(got.Segment.Peers) != 2 || got.Segment == d.Segment {
+		t.Fatalf("recorded segment %+v, want a copy of %+v", got.Segment, d.Segment)
+	}
+	a := b.Get(d.Key)
+	if a.Segment == nil || a.Segment.VNI != 7 || a.MTU != 1450 || a.Segment.MTU != 1450 ||
+		!slices.Equal(a.Segment.Peers, []netip.Addr{netip.MustParseAddr("192.168.1.2"), netip.MustParseAddr("192.168.1.3")}) {
+		t.Errorf("segment state %+v, bridge MTU %d; want VNI 7, MTU 1450, sorted peers", a.Segment, a.MTU)
+	}
+	if changes, _, err := b.Ensure(ctx, d); err != nil || len(changes) != 0 {
+		t.Errorf("resync: %q, %v", changes, err)
+	}
+	d.Segment = nil
+	if changes, _, _ := b.Ensure(ctx, d); len(changes) == 0 || b.Get(d.Key).Segment != nil {
+		t.Errorf("segment not removed: %q", changes)
+	}
+	d.Segment = &netbackend.Segment{VNI: 1 << 24, UnderlayAddress: netip.MustParseAddr("192.168.1.1")}
+	if _, _, err := b.Ensure(ctx, d); err == nil {
+		t.Error("a VNI beyond 24 bits was accepted")
+	}
+}

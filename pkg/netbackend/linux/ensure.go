@@ -45,6 +45,20 @@ func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, er
 		b.remember(key, name, a.Index)
 		b.rememberPorts(key, ports)
 	}
+	bridgeIndex := 0
+	if actual != nil {
+		bridgeIndex = link.Attrs().Index
+	}
+	segment, err := b.segmentState(key, bridgeIndex)
+	if err != nil {
+		return nil, fail(err, "looking at the VXLAN device of network %s", key)
+	}
+	if segment != nil {
+		if actual == nil {
+			actual = &netbackend.Actual{Key: key}
+		}
+		actual.Segment = segment
+	}
 	content, state, err := readConfig(b.cfg.CNIConfDir, key)
 	if err != nil {
 		return nil, fail(err, "reading the CNI configuration of network %s", key)
@@ -210,6 +224,11 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 	}
 	portChanges, ports, err := b.ensurePorts(link, d.Key)
 	changes = append(changes, portChanges...)
+	segmentChanges, segmentErr := b.ensureSegment(link, d, mtu)
+	changes = append(changes, segmentChanges...)
+	if err == nil {
+		err = segmentErr
+	}
 	if err == nil {
 		err = blocked
 	}

@@ -30,6 +30,9 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 			return fail(err, "deleting bridge %s of network %s", name, key)
 		}
 	}
+	if err := b.removeSegment(key); err != nil {
+		return err
+	}
 	staged, err := b.linkByName(stagingName(key))
 	if err != nil {
 		return fail(err, "looking up %s", stagingName(key))
@@ -84,6 +87,8 @@ func (b *Backend) List(context.Context) ([]string, error) {
 			b.remember(key, l.Attrs().Name, l.Attrs().Index)
 		case ok && isStaged(l, key):
 			keys = append(keys, key) // left by an interrupted creation; Remove deletes it
+		case ok && isSegmentOf(l, key):
+			keys = append(keys, key) // a VXLAN device left without its bridge; Remove deletes it
 		}
 	}
 	confKeys, err := listConfigKeys(b.cfg.CNIConfDir)

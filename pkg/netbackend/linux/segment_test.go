@@ -1,0 +1,344 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package linux
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// segNode is one "node" of a segment test: a namespace with an underlay interface "ul", a
+// Backend and its configuration and host-local directories.
+type segNode struct {
+	*testEnv
+	underlay netip.Addr
+}
+
+// newSegmentNodes makes n node namespaces joined through a "switch" namespace holding a bridge
+// (each node's "ul" is a veth whose peer is a switch port), with underlay addresses
+// 192.168.77.1, .2, … (or fd77::1, … when v6).
+func newSegmentNodes(t *testing.T, n int, v6 bool) []*segNode {
+	t.Helper()
+	requireRoot(t)
+	sw := newNS(t, "switch")
+	swBridge := sw.addBridge(t, "sw", "")
+	if err := sw.nl.LinkSetUp(swBridge); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*segNode
+	for i := range n {
+		e := newEnv(t)
+		e.ns.disableDAD(t)
+		e.b = e.newBackend(Config{IPAMDataDir: t.TempDir()})
+		addr := netip.AddrFrom4([4]byte{192, 168, 77, byte(i + 1)})
+		bits := 24
+		if v6 {
+			addr, bits = netip.MustParseAddr(fmt.Sprintf("fd77::%d", i+1)), 64
+		}
+		attrs := netlink.NewLinkAttrs()
+		attrs.Name = "ul"
+		port := fmt.Sprintf("p%d", i)
+		if err := e.ns.nl.LinkAdd(&netlink.Veth{LinkAttrs: attrs, PeerName: port, PeerNamespace: netlink.NsFd(int(sw.handle))}); err != nil {
+			t.Fatalf("creating the underlay veth of node %d: %v", i, err)
+		}
+		ul := e.ns.link(t, "ul")
+		if err := e.ns.nl.AddrAdd(ul, netlinkAddr(netip.PrefixFrom(addr, bits))); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.ns.nl.LinkSetUp(ul); err != nil {
+			t.Fatal(err)
+		}
+		p := sw.link(t, port)
+		if err := sw.nl.LinkSetMaster(p, swBridge); err != nil {
+			t.Fatal(err)
+		}
+		if err := sw.nl.LinkSetUp(p); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, &segNode{testEnv: e, underlay: addr})
+	}
+	return nodes
+}
+
+// desiredOn returns d for node i of nodes: the segment with the others as peers.
+func desiredOn(d netbackend.Desired, nodes []*segNode, i int, vni uint32) netbackend.Desired {
+	s := &netbackend.Segment{VNI: vni, UnderlayAddress: nodes[i].underlay, UnderlayLink: "ul"}
+	for j, n := range nodes {
+		if j != i {
+			s.Peers = append(s.Peers, n.underlay)
+		}
+	}
+	d.Segment = s
+	return d
+}
+
+// reach connects over TCP from the namespace from to a listener on addr in the namespace to,
+// and checks that the listener saw from's address src. It returns the connection's error.
+func reach(t *testing.T, from, to *testNS, src, addr netip.Addr) error {
+	t.Helper()
+	var ln net.Listener
+	if err := inNS(to.path, func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+		return err
+	}); err != nil {
+		t.Fatalf("listening on %s in %s: %v", addr, to.name, err)
+	}
+	defer func() { _ = ln.Close() }()
+	seen := make(chan string, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer func() { _ = conn.Close() }()
+		seen <- conn.RemoteAddr().(*net.TCPAddr).IP.String()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		line, _ := bufio.NewReader(conn).ReadString('\n')
+		_, _ = fmt.Fprint(conn, "pong "+line)
+	}()
+	return inNS(from.path, func() error {
+		conn, err := (&net.Dialer{Timeout: 3 * time.Second}).Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close() }()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := fmt.Fprint(conn, "ping\n"); err != nil {
+			return err
+		}
+		reply, err := bufio.NewReader(conn).ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if reply != "pong ping\n" {
+			return fmt.Errorf("reply %q", reply)
+		}
+		if got := <-seen; got != src.String() {
+			return fmt.Errorf("the listener saw %s, want %s", got, src)
+		}
+		return nil
+	})
+}
+
+// fdb returns node's VXLAN device's own FDB entries as "mac dst".
+func (e *testEnv) fdb(t *testing.T, key string) []string {
+	t.Helper()
+	vx := e.ns.link(t, netbackend.SegmentDeviceName(key))
+	if vx == nil {
+		t.Fatalf("no VXLAN device for %s", key)
+	}
+	entries, err := e.ns.nl.NeighList(vx.Attrs().Index, unix.AF_BRIDGE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range entries {
+		if n.Flags&unix.NTF_SELF != 0 && n.IP != nil {
+			out = append(out, n.HardwareAddr.String()+" "+n.IP.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestSegmentDevice: Ensure with a segment makes the VXLAN device as a port of the bridge with
+// a flood entry per peer; Observe reports it and leaves it out of the ports; a resync changes
+// nothing; a peer that leaves takes its flood entry and the entries learnt for it; a device
+// deleted by hand comes back; List and Remove handle a device left without its bridge.
+func TestSegmentDevice(t *testing.T) {
+	nodes := newSegmentNodes(t, 2, false)
+	e := nodes[0].testEnv
+	ctx := context.Background()
+	d := desiredOn(desired4("default/seg"), nodes, 0, 4242)
+	d.Blocks = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/25")}
+	d.Segment.Peers = append(d.Segment.Peers, netip.MustParseAddr("192.168.77.9"))
+	e.ensure(d)
+	name := netbackend.SegmentDeviceName(d.Key)
+	vx, ok := e.ns.link(t, name).(*netlink.Vxlan)
+	br := e.ns.link(t, netbackend.BridgeName(d.Key))
+	if !ok {
+		t.Fatalf("%s is not a VXLAN device: %v", name, e.ns.link(t, name))
+	}
+	if vx.VxlanId != 4242 || vx.Port != 4789 || !vx.SrcAddr.Equal(net.ParseIP("192.168.77.1")) || !vx.Learning ||
+		vx.MasterIndex != br.Attrs().Index || vx.Flags&net.FlagUp == 0 || vx.Alias != Alias(d.Key) || vx.VtepDevIndex != e.ns.link(t, "ul").Attrs().Index {
+		t.Errorf("VXLAN device %+v: want VNI 4242, port 4789, local 192.168.77.1 on ul, learning, up, a port of %s, our alias", vx, br.Attrs().Name)
+	}
+	if got, want := e.fdb(t, d.Key), []string{"00:00:00:00:00:00 192.168.77.2", "00:00:00:00:00:00 192.168.77.9"}; !slices.Equal(got, want) {
+		t.Errorf("FDB %q, want %q", got, want)
+	}
+	a, err := e.b.Observe(ctx, d.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Ports) != 0 {
+		t.Errorf("Observe ports %v, want none: the VXLAN device is not a pod", a.Ports)
+	}
+	wantState := netbackend.SegmentState{Device: name, Enslaved: true, Up: true, VNI: 4242, Local: nodes[0].underlay, MTU: vx.MTU,
+		Peers: []netip.Addr{netip.MustParseAddr("192.168.77.2"), netip.MustParseAddr("192.168.77.9")}}
+	if a.Segment == nil || a.Segment.Device != wantState.Device || a.Segment.Enslaved != true || !a.Segment.Up || a.Segment.VNI != 4242 ||
+		a.Segment.Local != wantState.Local || !slices.Equal(a.Segment.Peers, wantState.Peers) {
+		t.Errorf("Observe segment %+v, want %+v", a.Segment, wantState)
+	}
+	if changes, outcome, err := e.b.Ensure(ctx, d); err != nil || len(changes) != 0 || len(outcome.Ports) != 0 {
+		t.Errorf("resync: %q, %+v, %v; want no changes and no ports", changes, outcome, err)
+	}
+
+	// A peer leaves: its flood entry and what was learnt for it go; the other peer's stay.
+	macOf9 := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x09}
+	if err := e.ns.nl.NeighAppend(fdbEntry(vx, macOf9, netip.MustParseAddr("192.168.77.9"), unix.NUD_REACHABLE)); err != nil {
+		t.Fatal(err)
+	}
+	macOf2 := net.HardwareAddr{0x02, 0, 0, 0, 0, 0x02}
+	if err := e.ns.nl.NeighAppend(fdbEntry(vx, macOf2, netip.MustParseAddr("192.168.77.2"), unix.NUD_REACHABLE)); err != nil {
+		t.Fatal(err)
+	}
+	d.Segment.Peers = d.Segment.Peers[:1]
+	changes := e.ensure(d)
+	if !slices.Equal(changes, []string{"removed peer 192.168.77.9 from " + name}) {
+		t.Errorf("changes %q, want the peer removed", changes)
+	}
+	if got, want := e.fdb(t, d.Key), []string{"00:00:00:00:00:00 192.168.77.2", "02:00:00:00:00:02 192.168.77.2"}; !slices.Equal(got, want) {
+		t.Errorf("FDB after the peer left %q, want %q", got, want)
+	}
+
+	// Deleted by hand, it comes back.
+	if err := e.ns.nl.LinkDel(vx); err != nil {
+		t.Fatal(err)
+	}
+	changes = e.ensure(d)
+	if !slices.ContainsFunc(changes, func(c string) bool { return strings.HasPrefix(c, "created VXLAN device "+name) }) {
+		t.Errorf("changes %q, want the device created again", changes)
+	}
+	if vx := e.ns.link(t, name); vx == nil || vx.Attrs().MasterIndex != br.Attrs().Index {
+		t.Errorf("VXLAN device not back as a port of the bridge: %v", vx)
+	}
+	if got := e.fdb(t, d.Key); !slices.Equal(got, []string{"00:00:00:00:00:00 192.168.77.2"}) {
+		t.Errorf("FDB of the recreated device %q", got)
+	}
+
+	// Another VNI recreates it.
+	d.Segment.VNI = 4243
+	e.ensure(d)
+	if vx, _ := e.ns.link(t, name).(*netlink.Vxlan); vx == nil || vx.VxlanId != 4243 {
+		t.Errorf("device after the VNI changed: %+v", vx)
+	}
+
+	// A missing underlay interface is SegmentDown, and leaves the rest of the Network alone.
+	bad := d
+	bad.Segment = &netbackend.Segment{VNI: 4243, UnderlayAddress: nodes[0].underlay, UnderlayLink: "nosuch"}
+	if _, _, err := e.b.Ensure(ctx, bad); netbackend.ReasonOf(err) != netbackend.ReasonSegmentDown {
+		t.Errorf("Ensure with a missing underlay interface: %v, want %s", err, netbackend.ReasonSegmentDown)
+	}
+	bad.Segment = &netbackend.Segment{VNI: 4243, UnderlayAddress: netip.MustParseAddr("192.168.78.1")}
+	if _, _, err := e.b.Ensure(ctx, bad); netbackend.ReasonOf(err) != netbackend.ReasonSegmentDown {
+		t.Errorf("Ensure with an underlay address not on the node: %v, want %s", err, netbackend.ReasonSegmentDown)
+	}
+
+	// Without a segment, the device goes.
+	local := d
+	local.Segment = nil
+	e.ensure(local)
+	if e.ns.link(t, name) != nil {
+		t.Error("VXLAN device still there without a segment")
+	}
+
+	// A device left without its bridge is listed, and Remove deletes it.
+	e.ensure(d)
+	if err := e.ns.nl.LinkDel(e.ns.link(t, netbackend.BridgeName(d.Key))); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.Remove(ctx, d.Key); err != nil {
+		t.Fatal(err)
+	}
+	e.ensure(d)
+	if err := e.ns.nl.LinkDel(e.ns.link(t, netbackend.BridgeName(d.Key))); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFileAtomic(ConfPath(e.confDir, d.Key), []byte("{}")); err != nil { // not ours any more
+		t.Fatal(err)
+	}
+	if keys, err := e.b.List(ctx); err != nil || !slices.Contains(keys, d.Key) {
+		t.Errorf("List = %v, %v; want %s, whose VXLAN device is left", keys, err, d.Key)
+	}
+	if err := e.b.Remove(ctx, d.Key); err != nil {
+		t.Fatal(err)
+	}
+	if e.ns.link(t, name) != nil {
+		t.Error("Remove left the VXLAN device")
+	}
+}
+
+// segmentPods realises d on every node (block i of blocks on node i) and attaches one pod per
+// node with the real plugins; it returns the pods and their addresses.
+func segmentPods(t *testing.T, plugins string, nodes []*segNode, d netbackend.Desired, vni uint32, blocks []netip.Prefix) ([]*testNS, []netip.Addr) {
+	t.Helper()
+	var pods []*testNS
+	var addrs []netip.Addr
+	for i, n := range nodes {
+		nd := desiredOn(d, nodes, i, vni)
+		nd.Blocks = blocks[i : i+1]
+		n.ensure(nd)
+		pod, res, err := cniPod(t, plugins, n.ns, ConfPath(n.confDir, d.Key), fmt.Sprintf("%s-%d", netbackend.BridgeName(d.Key), i))
+		if err != nil {
+			t.Fatalf("node %d: CNI ADD for %s: %v", i, d.Key, err)
+		}
+		pod.disableDAD(t)
+		pods = append(pods, pod)
+		addrs = append(addrs, resultAddr(t, res))
+	}
+	return pods, addrs
+}
+
+// TestSegmentPodsAcrossNodes: pods of one Network on two nodes reach each other over the
+// segment, and pods of two Networks on the same nodes with different VNIs (and overlapping
+// prefixes, so only the segment keeps them apart) do not.
+func TestSegmentPodsAcrossNodes(t *testing.T) {
+	nodes := newSegmentNodes(t, 2, false)
+	plugins := pluginDir(t)
+	red := desired4("default/red")
+	pods, addrs := segmentPods(t, plugins, nodes, red, 100, []netip.Prefix{netip.MustParsePrefix("10.99.0.0/26"), netip.MustParsePrefix("10.99.0.64/26")})
+	if err := reach(t, pods[0], pods[1], addrs[0], addrs[1]); err != nil {
+		t.Errorf("pod %s on node 0 does not reach pod %s on node 1: %v", addrs[0], addrs[1], err)
+	}
+	if err := reach(t, pods[1], pods[0], addrs[1], addrs[0]); err != nil {
+		t.Errorf("pod %s on node 1 does not reach pod %s on node 0: %v", addrs[1], addrs[0], err)
+	}
+
+	blue := netbackend.Desired{Key: "default/blue", Prefix: netip.MustParsePrefix("10.99.0.0/24"), Gateway: netip.MustParseAddr("10.99.0.254")}
+	bluePods, blueAddrs := segmentPods(t, plugins, nodes, blue, 101, []netip.Prefix{netip.MustParsePrefix("10.99.0.128/26"), netip.MustParsePrefix("10.99.0.192/26")})
+	if err := reach(t, bluePods[0], bluePods[1], blueAddrs[0], blueAddrs[1]); err != nil {
+		t.Errorf("blue pods do not reach each other: %v", err)
+	}
+	if err := reach(t, pods[0], bluePods[1], addrs[0], blueAddrs[1]); err == nil {
+		t.Errorf("red pod %s on node 0 reaches blue pod %s on node 1", addrs[0], blueAddrs[1])
+	}
+	if err := reach(t, bluePods[0], pods[1], blueAddrs[0], addrs[1]); err == nil {
+		t.Errorf("blue pod %s on node 0 reaches red pod %s on node 1", blueAddrs[0], addrs[1])
+	}
+}
