@@ -200,11 +200,21 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 		}
 		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", name, attrs.MTU, mtu))
 	}
+	prepared, err := b.prepareSegmentBridge(link, d, attrs.Flags&net.FlagUp != 0)
+	changes = append(changes, prepared...)
+	if err != nil {
+		return changes, netbackend.Outcome{}, err
+	}
 	if attrs.Flags&net.FlagUp == 0 {
 		if err := b.h.LinkSetUp(link); err != nil {
 			return changes, netbackend.Outcome{}, fail(err, "setting bridge %s up", name)
 		}
 		changes = append(changes, fmt.Sprintf("set %s up", name))
+	}
+	linkLocal, err := b.ensureSegmentLinkLocal(link, d)
+	changes = append(changes, linkLocal...)
+	if err != nil {
+		return changes, netbackend.Outcome{}, err
 	}
 	switch {
 	case conf == nil && state == confOurs:

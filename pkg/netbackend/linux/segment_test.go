@@ -53,8 +53,7 @@ func newSegmentNodes(t *testing.T, n int, v6 bool) []*segNode {
 	}
 	var nodes []*segNode
 	for i := range n {
-		e := newEnv(t)
-		e.ns.disableDAD(t)
+		e := newEnv(t) // DAD stays on: a duplicate address on the segment would show
 		e.b = e.newBackend(Config{IPAMDataDir: t.TempDir()})
 		addr := netip.AddrFrom4([4]byte{192, 168, 77, byte(i + 1)})
 		bits := 24
@@ -308,7 +307,6 @@ func segmentPods(t *testing.T, plugins string, nodes []*segNode, d netbackend.De
 		if err != nil {
 			t.Fatalf("node %d: CNI ADD for %s: %v", i, d.Key, err)
 		}
-		pod.disableDAD(t)
 		pods = append(pods, pod)
 		addrs = append(addrs, resultAddr(t, res))
 	}
@@ -323,6 +321,7 @@ func TestSegmentPodsAcrossNodes(t *testing.T) {
 	plugins := pluginDir(t)
 	red := desired4("default/red")
 	pods, addrs := segmentPods(t, plugins, nodes, red, 100, []netip.Prefix{netip.MustParsePrefix("10.99.0.0/26"), netip.MustParsePrefix("10.99.0.64/26")})
+	checkSegmentMTU(t, nodes, pods, red.Key, 1450)
 	if err := reach(t, pods[0], pods[1], addrs[0], addrs[1]); err != nil {
 		t.Errorf("pod %s on node 0 does not reach pod %s on node 1: %v", addrs[0], addrs[1], err)
 	}
@@ -340,5 +339,62 @@ func TestSegmentPodsAcrossNodes(t *testing.T) {
 	}
 	if err := reach(t, bluePods[0], pods[1], blueAddrs[0], addrs[1]); err == nil {
 		t.Errorf("blue pod %s on node 0 reaches red pod %s on node 1", blueAddrs[0], addrs[1])
+	}
+}
+
+// checkSegmentMTU checks the MTU of key's bridge and VXLAN device on every node and of the
+// pods' eth0.
+func checkSegmentMTU(t *testing.T, nodes []*segNode, pods []*testNS, key string, mtu int) {
+	t.Helper()
+	for i, n := range nodes {
+		for _, name := range []string{netbackend.BridgeName(key), netbackend.SegmentDeviceName(key)} {
+			if l := n.ns.link(t, name); l == nil || l.Attrs().MTU != mtu {
+				t.Errorf("node %d: %s has MTU %v, want %d", i, name, l, mtu)
+			}
+		}
+	}
+	for i, p := range pods {
+		if l := p.link(t, "eth0"); l == nil || l.Attrs().MTU != mtu {
+			t.Errorf("pod %d: eth0 MTU %v, want %d", i, l.Attrs().MTU, mtu)
+		}
+	}
+}
+
+// TestSegmentIPv6: over an IPv6 underlay, IPv6 pods on two nodes reach each other; each
+// node's bridge has its own link-local address (the kernel's, derived from the shared MAC, would
+// be the same on both) and the MTU leaves room for the IPv6 encapsulation.
+func TestSegmentIPv6(t *testing.T) {
+	nodes := newSegmentNodes(t, 2, true)
+	plugins := pluginDir(t)
+	d := netbackend.Desired{Key: "default/six", Prefix: netip.MustParsePrefix("fd00:99::/64"), Gateway: netip.MustParseAddr("fd00:99::1")}
+	pods, addrs := segmentPods(t, plugins, nodes, d, 600, []netip.Prefix{netip.MustParsePrefix("fd00:99::100/120"), netip.MustParsePrefix("fd00:99::200/120")})
+	checkSegmentMTU(t, nodes, pods, d.Key, 1430)
+	var lls []netip.Prefix
+	for i, n := range nodes {
+		got, err := n.b.linkLocals(n.ns.link(t, netbackend.BridgeName(d.Key)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := SegmentLinkLocal(d.Key, n.underlay); len(got) != 1 || got[0] != want {
+			t.Errorf("node %d: bridge link-local addresses %v, want only %s", i, got, want)
+		}
+		lls = append(lls, got...)
+	}
+	if len(lls) == 2 && lls[0] == lls[1] {
+		t.Errorf("both bridges have link-local address %s", lls[0])
+	}
+	if err := reach(t, pods[0], pods[1], addrs[0], addrs[1]); err != nil {
+		t.Errorf("pod %s on node 0 does not reach pod %s on node 1: %v", addrs[0], addrs[1], err)
+	}
+	if err := reach(t, pods[1], pods[0], addrs[1], addrs[0]); err != nil {
+		t.Errorf("pod %s on node 1 does not reach pod %s on node 0: %v", addrs[1], addrs[0], err)
+	}
+	// A resync writes nothing; a link-local address added by hand goes again.
+	for i, n := range nodes {
+		nd := desiredOn(d, nodes, i, 600)
+		nd.Blocks = []netip.Prefix{netip.MustParsePrefix("fd00:99::100/120"), netip.MustParsePrefix("fd00:99::200/120")}[i : i+1]
+		if changes, _, err := n.b.Ensure(context.Background(), nd); err != nil || len(changes) != 0 {
+			t.Errorf("node %d: resync %q, %v; want no changes", i, changes, err)
+		}
 	}
 }
