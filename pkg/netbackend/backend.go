@@ -87,6 +87,8 @@ type SegmentState struct {
 	MTU   int
 	// Peers are the destinations of the device's flood entries, sorted.
 	Peers []netip.Addr
+	// GatewayFilter: the rules that keep the gateway's ARP and ND off the segment are in place.
+	GatewayFilter bool
 }
 
 // DefaultMTU is the bridge MTU when a Network does not ask for another.

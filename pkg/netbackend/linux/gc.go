@@ -99,6 +99,13 @@ func (b *Backend) List(context.Context) ([]string, error) {
 		b.remember(key, netbackend.BridgeName(key), 0)
 	}
 	keys = append(keys, confKeys...)
+	b.mu.Lock()
+	filterKeys, err := b.filterKeys()
+	b.mu.Unlock()
+	if err != nil && !nftUnsupported(err) {
+		return nil, fail(err, "listing nftables table bridge %s", filterTableName)
+	}
+	keys = append(keys, filterKeys...)
 	leaseKeys, err := b.leaseDirKeys()
 	if err != nil {
 		return nil, fail(err, "listing host-local's data directory %s", b.ipamDataDir())

@@ -104,6 +104,13 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 	var changes []string
 	s := d.Segment
 	if s == nil {
+		removed, err := b.removeGatewayFilter(d.Key)
+		if err != nil && !nftUnsupported(err) {
+			return nil, err
+		}
+		if removed {
+			changes = append(changes, fmt.Sprintf("removed the gateway filter of %s", name))
+		}
 		if link != nil {
 			if err := b.h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 				return nil, fail(err, "deleting VXLAN device %s of network %s", name, d.Key)
@@ -116,6 +123,12 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 	underlayIndex, err := b.underlay(d.Key, s)
 	if err != nil {
 		return nil, err
+	}
+	// Before the device can carry anything: the gateway stays local.
+	filterChanges, err := b.ensureGatewayFilter(d.Key, bridge.Attrs().HardwareAddr, d.Gateway)
+	changes = append(changes, filterChanges...)
+	if err != nil {
+		return changes, err
 	}
 	if link != nil {
 		vx, isVX := link.(*netlink.Vxlan)
@@ -269,11 +282,19 @@ func (b *Backend) segmentState(key string, bridgeIndex int) (*netbackend.Segment
 		return nil, err
 	}
 	st.Peers = floodPeers(entries)
+	rules, err := b.filterRuleCount(key)
+	if err != nil && !nftUnsupported(err) {
+		return nil, err
+	}
+	st.GatewayFilter = rules > 0
 	return st, nil
 }
 
-// removeSegment deletes key's VXLAN device if it is ours.
+// removeSegment deletes key's VXLAN device if it is ours, and its gateway filter.
 func (b *Backend) removeSegment(key string) error {
+	if _, err := b.removeGatewayFilter(key); err != nil && !nftUnsupported(err) {
+		return err
+	}
 	name := netbackend.SegmentDeviceName(key)
 	link, err := b.linkByName(name)
 	if err != nil {
