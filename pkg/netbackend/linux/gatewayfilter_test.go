@@ -208,3 +208,101 @@ func TestSegmentGatewayStaysLocal(t *testing.T) {
 		t.Errorf("after Remove %d rules (%v), want none", n, err)
 	}
 }
+
+// ndFrame returns the ICMPv6 type and target of a neighbour solicitation or advertisement in an
+// Ethernet frame (without IPv6 extension headers), and its source MAC.
+func ndFrame(f []byte) (typ uint8, target netip.Addr, src net.HardwareAddr, ok bool) {
+	if len(f) < 78 || binary.BigEndian.Uint16(f[12:14]) != unix.ETH_P_IPV6 || f[20] != unix.IPPROTO_ICMPV6 {
+		return 0, netip.Addr{}, nil, false
+	}
+	typ = f[54]
+	if typ != 135 && typ != 136 {
+		return 0, netip.Addr{}, nil, false
+	}
+	target, _ = netip.AddrFromSlice(f[62:78])
+	return typ, target, bytes.Clone(f[6:12]), true
+}
+
+// framesUntil reads incoming frames on s until stop returns true for one (it returns the
+// frames before it) or 5s passed (it fails the test).
+func (s *arpSocket) framesUntil(t *testing.T, what string, stop func([]byte) bool) [][]byte {
+	t.Helper()
+	var seen [][]byte
+	buf := make([]byte, 4096)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		n, from, err := unix.Recvfrom(s.fd, buf, 0)
+		if err != nil {
+			if err == unix.EAGAIN || err == unix.EINTR {
+				continue
+			}
+			t.Fatal(err)
+		}
+		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
+			continue
+		}
+		f := bytes.Clone(buf[:n])
+		if stop(f) {
+			return seen
+		}
+		seen = append(seen, f)
+	}
+	t.Fatalf("%s: not seen within 5s (%d other frames)", what, len(seen))
+	return nil
+}
+
+// TestSegmentGatewayStaysLocalIPv6: a pod's neighbour solicitation for the IPv6 gateway stays on
+// its node (it is answered there: the pod connects to the gateway), while one for a pod on the
+// other node crosses, and nothing from the bridge's MAC does.
+func TestSegmentGatewayStaysLocalIPv6(t *testing.T) {
+	nodes := newSegmentNodes(t, 2, false)
+	plugins := pluginDir(t)
+	d := netbackend.Desired{Key: "default/gw6", Prefix: netip.MustParsePrefix("fd00:99::/64"), Gateway: netip.MustParseAddr("fd00:99::1")}
+	pods, addrs := segmentPods(t, plugins, nodes, d, 301, []netip.Prefix{netip.MustParsePrefix("fd00:99::100/120"), netip.MustParsePrefix("fd00:99::200/120")})
+	mac := nodes[0].ns.link(t, netbackend.BridgeName(d.Key)).Attrs().HardwareAddr
+	remote := openARPSocket(t, nodes[1].ns, netbackend.SegmentDeviceName(d.Key))
+
+	// The pod resolves the gateway (and reaches it: a listener on the node answers).
+	var ln net.Listener
+	if err := inNS(nodes[0].ns.path, func() (err error) {
+		ln, err = net.Listen("tcp6", netip.AddrPortFrom(d.Gateway, 0).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			_ = c.Close()
+		}
+	}()
+	if err := inNS(pods[0].path, func() error {
+		c, err := (&net.Dialer{Timeout: 3 * time.Second}).Dial("tcp6", ln.Addr().String())
+		if err == nil {
+			_ = c.Close()
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("the pod does not reach its gateway: %v", err)
+	}
+	// Then a pod on the other node: its solicitation crosses and ends the capture.
+	_ = inNS(pods[0].path, func() error {
+		c, err := (&net.Dialer{Timeout: 3 * time.Second}).Dial("tcp6", netip.AddrPortFrom(addrs[1], 9).String())
+		if err == nil {
+			_ = c.Close()
+		}
+		return nil
+	})
+	crossed := remote.framesUntil(t, "the solicitation for the remote pod on node 1's VXLAN device", func(f []byte) bool {
+		typ, target, _, ok := ndFrame(f)
+		return ok && typ == 135 && target == addrs[1]
+	})
+	for _, f := range crossed {
+		if typ, target, _, ok := ndFrame(f); ok && target == d.Gateway {
+			t.Errorf("node 1 received ICMPv6 type %d for the gateway %s over the segment", typ, target)
+		}
+		if bytes.Equal(f[6:12], mac) {
+			t.Errorf("node 1 received a frame from the bridge's MAC %s over the segment: % x", mac, f[:min(len(f), 64)])
+		}
+	}
+}

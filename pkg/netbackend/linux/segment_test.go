@@ -313,32 +313,33 @@ func segmentPods(t *testing.T, plugins string, nodes []*segNode, d netbackend.De
 	return pods, addrs
 }
 
-// TestSegmentPodsAcrossNodes: pods of one Network on two nodes reach each other over the
-// segment, and pods of two Networks on the same nodes with different VNIs (and overlapping
-// prefixes, so only the segment keeps them apart) do not.
+// TestSegmentPodsAcrossNodes: pods of one Network on three nodes (joined through a switch)
+// reach each other over the segment, and pods of two Networks on the same nodes with different
+// VNIs (and overlapping prefixes, so only the segment keeps them apart) do not.
 func TestSegmentPodsAcrossNodes(t *testing.T) {
-	nodes := newSegmentNodes(t, 2, false)
+	nodes := newSegmentNodes(t, 3, false)
 	plugins := pluginDir(t)
 	red := desired4("default/red")
-	pods, addrs := segmentPods(t, plugins, nodes, red, 100, []netip.Prefix{netip.MustParsePrefix("10.99.0.0/26"), netip.MustParsePrefix("10.99.0.64/26")})
+	pods, addrs := segmentPods(t, plugins, nodes, red, 100, []netip.Prefix{netip.MustParsePrefix("10.99.0.0/26"),
+		netip.MustParsePrefix("10.99.0.64/27"), netip.MustParsePrefix("10.99.0.96/27")})
 	checkSegmentMTU(t, nodes, pods, red.Key, 1450)
-	if err := reach(t, pods[0], pods[1], addrs[0], addrs[1]); err != nil {
-		t.Errorf("pod %s on node 0 does not reach pod %s on node 1: %v", addrs[0], addrs[1], err)
-	}
-	if err := reach(t, pods[1], pods[0], addrs[1], addrs[0]); err != nil {
-		t.Errorf("pod %s on node 1 does not reach pod %s on node 0: %v", addrs[1], addrs[0], err)
+	for _, p := range [][2]int{{0, 1}, {1, 0}, {0, 2}, {2, 1}} {
+		if err := reach(t, pods[p[0]], pods[p[1]], addrs[p[0]], addrs[p[1]]); err != nil {
+			t.Errorf("pod %s on node %d does not reach pod %s on node %d: %v", addrs[p[0]], p[0], addrs[p[1]], p[1], err)
+		}
 	}
 
 	blue := netbackend.Desired{Key: "default/blue", Prefix: netip.MustParsePrefix("10.99.0.0/24"), Gateway: netip.MustParseAddr("10.99.0.254")}
-	bluePods, blueAddrs := segmentPods(t, plugins, nodes, blue, 101, []netip.Prefix{netip.MustParsePrefix("10.99.0.128/26"), netip.MustParsePrefix("10.99.0.192/26")})
+	bluePods, blueAddrs := segmentPods(t, plugins, nodes, blue, 101, []netip.Prefix{netip.MustParsePrefix("10.99.0.128/26"),
+		netip.MustParsePrefix("10.99.0.192/27"), netip.MustParsePrefix("10.99.0.224/27")})
 	if err := reach(t, bluePods[0], bluePods[1], blueAddrs[0], blueAddrs[1]); err != nil {
 		t.Errorf("blue pods do not reach each other: %v", err)
 	}
 	if err := reach(t, pods[0], bluePods[1], addrs[0], blueAddrs[1]); err == nil {
 		t.Errorf("red pod %s on node 0 reaches blue pod %s on node 1", addrs[0], blueAddrs[1])
 	}
-	if err := reach(t, bluePods[0], pods[1], blueAddrs[0], addrs[1]); err == nil {
-		t.Errorf("blue pod %s on node 0 reaches red pod %s on node 1", blueAddrs[0], addrs[1])
+	if err := reach(t, bluePods[0], pods[2], blueAddrs[0], addrs[2]); err == nil {
+		t.Errorf("blue pod %s on node 0 reaches red pod %s on node 2", blueAddrs[0], addrs[2])
 	}
 }
 
@@ -396,5 +397,95 @@ func TestSegmentIPv6(t *testing.T) {
 		if changes, _, err := n.b.Ensure(context.Background(), nd); err != nil || len(changes) != 0 {
 			t.Errorf("node %d: resync %q, %v; want no changes", i, changes, err)
 		}
+	}
+}
+
+// TestSegmentWatch: a Watch started on a settled node with a segment names the Network when its
+// VXLAN device is deleted by hand, a fresh Backend (a restarted agent) too, and the next Ensure
+// brings the device back; the device is never reported as a port.
+func TestSegmentWatch(t *testing.T) {
+	nodes := newSegmentNodes(t, 2, false)
+	e := nodes[0].testEnv
+	d := desiredOn(desired4("default/watched"), nodes, 0, 77)
+	e.ensure(d)
+	name := netbackend.SegmentDeviceName(d.Key)
+
+	w := e.startWatch(e.b)
+	w.expectNone(t, d.Key, 300*time.Millisecond, "nothing changed")
+	w.stop(t)
+
+	for _, b := range []*Backend{e.b, e.newBackend(Config{})} {
+		w := e.startWatch(b)
+		if err := e.ns.nl.LinkDel(e.ns.link(t, name)); err != nil {
+			t.Fatal(err)
+		}
+		w.expect(t, d.Key, "VXLAN device deleted")
+		w.stop(t)
+		changes, outcome, err := b.Ensure(context.Background(), d)
+		if err != nil || !slices.ContainsFunc(changes, func(c string) bool { return strings.HasPrefix(c, "created VXLAN device "+name) }) {
+			t.Fatalf("Ensure after the device was deleted: %q, %v", changes, err)
+		}
+		if len(outcome.Ports) != 0 {
+			t.Errorf("Ensure reports ports %v, want none", outcome.Ports)
+		}
+		if vx := e.ns.link(t, name); vx == nil || vx.Attrs().MasterIndex != e.ns.link(t, netbackend.BridgeName(d.Key)).Attrs().Index {
+			t.Errorf("VXLAN device not back on the bridge: %v", vx)
+		}
+	}
+}
+
+// TestSegmentReplacesKernelLinkLocal: a bridge realised before its Network had a segment has
+// the kernel's link-local address (from the shared MAC); when the segment comes, it is replaced
+// by the node's own, and a resync then writes nothing.
+func TestSegmentReplacesKernelLinkLocal(t *testing.T) {
+	nodes := newSegmentNodes(t, 2, false)
+	e := nodes[0].testEnv
+	d := desired4("default/ll")
+	e.ensure(d)
+	bridge := e.ns.link(t, netbackend.BridgeName(d.Key))
+	// A port with carrier, so that the bridge is operationally up and gets a link-local address.
+	port := e.ns.addVeth(t, "p0", "p0peer", "")
+	for _, l := range []netlink.Link{port, e.ns.link(t, "p0peer")} {
+		if err := e.ns.nl.LinkSetUp(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.ns.nl.LinkSetMaster(port, bridge); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		lls, err := e.b.linkLocals(bridge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lls) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the bridge got no link-local address within 5s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the kernel's address
+	}
+	seg := desiredOn(d, nodes, 0, 78)
+	changes := e.ensure(seg)
+	want := SegmentLinkLocal(d.Key, nodes[0].underlay)
+	if lls, _ := e.b.linkLocals(bridge); len(lls) != 1 || lls[0] != want {
+		t.Errorf("link-local addresses %v, want only %s (changes %q)", lls, want, changes)
+	}
+	if !slices.ContainsFunc(changes, func(c string) bool { return strings.HasPrefix(c, "removed link-local address fe80::") }) {
+		t.Errorf("changes %q, want the kernel's link-local address removed", changes)
+	}
+	if changes, _, err := e.b.Ensure(context.Background(), seg); err != nil || len(changes) != 0 {
+		t.Errorf("resync: %q, %v; want no changes", changes, err)
+	}
+	// Down and up again (a link going down loses its IPv6 addresses): the kernel makes none,
+	// Ensure puts ours back.
+	if err := e.ns.nl.LinkSetDown(bridge); err != nil {
+		t.Fatal(err)
+	}
+	e.ensure(seg)
+	if lls, _ := e.b.linkLocals(bridge); len(lls) != 1 || lls[0] != want {
+		t.Errorf("after down/up: link-local addresses %v, want only %s", lls, want)
 	}
 }
