@@ -234,7 +234,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 	}
 	portChanges, ports, err := b.ensurePorts(link, d.Key)
 	changes = append(changes, portChanges...)
-	segmentChanges, segmentErr := b.ensureSegment(link, d, mtu)
+	segmentChanges, segmentErr := b.ensureSegment(link, d, mtu, mac)
 	changes = append(changes, segmentChanges...)
 	if err == nil {
 		err = segmentErr

@@ -409,6 +409,15 @@ func TestSegmentWatch(t *testing.T) {
 	d := desiredOn(desired4("default/watched"), nodes, 0, 77)
 	e.ensure(d)
 	name := netbackend.SegmentDeviceName(d.Key)
+	// Settled: the bridge is operationally up once its VXLAN port has carrier, which the kernel
+	// reports a moment after Ensure (linkwatch), as a change of the bridge.
+	deadline := time.Now().Add(5 * time.Second)
+	for e.ns.link(t, netbackend.BridgeName(d.Key)).Attrs().OperState != netlink.OperUp {
+		if time.Now().After(deadline) {
+			t.Fatal("the bridge did not become operationally up within 5s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the kernel's state
+	}
 
 	w := e.startWatch(e.b)
 	w.expectNone(t, d.Key, 300*time.Millisecond, "nothing changed")
@@ -487,5 +496,21 @@ func TestSegmentReplacesKernelLinkLocal(t *testing.T) {
 	e.ensure(seg)
 	if lls, _ := e.b.linkLocals(bridge); len(lls) != 1 || lls[0] != want {
 		t.Errorf("after down/up: link-local addresses %v, want only %s", lls, want)
+	}
+}
+
+// TestSegmentMTUTooLarge: a segment MTU the underlay cannot carry is SegmentDown, naming the
+// encapsulation.
+func TestSegmentMTUTooLarge(t *testing.T) {
+	nodes := newSegmentNodes(t, 2, false)
+	d := desiredOn(desired4("default/big"), nodes, 0, 79)
+	d.Segment.MTU = 1500 // the underlay's own MTU
+	_, _, err := nodes[0].b.Ensure(context.Background(), d)
+	if netbackend.ReasonOf(err) != netbackend.ReasonSegmentDown || !strings.Contains(err.Error(), "encapsulation") {
+		t.Errorf("Ensure with segment MTU 1500 over a 1500 underlay: %v, want %s", err, netbackend.ReasonSegmentDown)
+	}
+	d.Segment.MTU = 1400
+	if _, _, err := nodes[0].b.Ensure(context.Background(), d); err != nil {
+		t.Errorf("Ensure with segment MTU 1400: %v", err)
 	}
 }

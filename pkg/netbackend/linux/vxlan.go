@@ -85,10 +85,11 @@ func (b *Backend) underlay(key string, s *netbackend.Segment) (int, error) {
 }
 
 // ensureSegment makes key's VXLAN device match d.Segment (or removes it when d.Segment is nil)
-// as a port of bridge, with one flood entry per peer. A device with the segment's name that is
+// as a port of bridge, with one flood entry per peer, behind the gateway filter for the bridge's
+// MAC mac (set up first: the rules name the device, so they hold from its first frame). A device with the segment's name that is
 // not ours is left alone (ReasonNotOurs); a VXLAN device with that name and no alias is what a
 // creation interrupted before its alias was set left, and is replaced.
-func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu int) ([]string, error) {
+func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu int, mac net.HardwareAddr) ([]string, error) {
 	name := netbackend.SegmentDeviceName(d.Key)
 	link, err := b.linkByName(name)
 	if err != nil {
@@ -125,7 +126,7 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 		return nil, err
 	}
 	// Before the device can carry anything: the gateway stays local.
-	filterChanges, err := b.ensureGatewayFilter(d.Key, bridge.Attrs().HardwareAddr, d.Gateway)
+	filterChanges, err := b.ensureGatewayFilter(d.Key, mac, d.Gateway)
 	changes = append(changes, filterChanges...)
 	if err != nil {
 		return changes, err
@@ -169,6 +170,11 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 	a := link.Attrs()
 	if a.MTU != mtu {
 		if err := b.h.LinkSetMTU(link, mtu); err != nil {
+			if errors.Is(err, unix.EINVAL) {
+				return changes, &netbackend.Error{Reason: netbackend.ReasonSegmentDown,
+					Err: fmt.Errorf("setting the MTU of VXLAN device %s to %d: %w (more than the underlay carries after %d bytes of encapsulation?)",
+						name, mtu, err, netbackend.SegmentOverhead(s.UnderlayAddress))}
+			}
 			return changes, fail(err, "setting the MTU of VXLAN device %s to %d", name, mtu)
 		}
 		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", name, a.MTU, mtu))
