@@ -369,3 +369,19 @@ func TestEnsureRecordsSegment(t *testing.T) {
 		t.Error("a VNI beyond 24 bits was accepted")
 	}
 }
+
+func TestDeleteSegmentIsRepaired(t *testing.T) {
+	ctx := context.Background()
+	b := NewBackend()
+	d := desired("default/seg")
+	d.Segment = &netbackend.Segment{VNI: 9, UnderlayAddress: netip.MustParseAddr("192.168.1.1")}
+	if _, _, err := b.Ensure(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if !b.DeleteSegment(d.Key) || b.Get(d.Key).Segment != nil {
+		t.Fatal("DeleteSegment left the segment")
+	}
+	if changes, _, err := b.Ensure(ctx, d); err != nil || len(changes) != 1 || b.Get(d.Key).Segment == nil {
+		t.Errorf("Ensure after DeleteSegment: %q, %v; want the device created again", changes, err)
+	}
+}
