@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"github.com/google/nftables"
@@ -35,9 +34,9 @@ import (
 )
 
 // The gateway filter keeps a Network's gateway local to each node. Every node's bridge carries
-// the same gateway address with the same MAC, so the segment must carry none of it: in the
-// nftables table "bridge samplecrd" (base chains input, forward, output), per Network with a
-// segment, where V is its VXLAN device, M the bridge's MAC and G the gateway:
+// the same gateway address with the same MAC, so the segment must carry none of it: per Network
+// with a segment, an nftables table "bridge samplecrd-<bridge name>" (base chains input,
+// forward, output), where V is its VXLAN device, M the bridge's MAC and G the gateway:
 //
 //	output:  oifname V ether saddr M drop            nothing the bridge itself sends (ARP and
 //	                                                 ND replies, DAD, MLD, its own traffic)
@@ -50,20 +49,29 @@ import (
 //	         iifname V ND advertisement for G drop   hostile peer)
 //	input:   the same three iifname rules
 //
-// Each rule's user data records the Network key and a fingerprint of (V, M, G); a Network whose
-// rules all carry the current fingerprint is left alone, otherwise its rules are replaced in
-// one batch (atomically). The rules name V by name, so they are in place before V exists.
+// A table per Network keeps each check to the Network's own rules (a dump filtered by table and
+// chain), however many Networks the node has. Each rule's user data records the Network key and
+// a fingerprint of (V, M, G); a Network whose rules all carry the current fingerprint is left
+// alone, otherwise its table is rewritten in one batch (atomically). The rules name V by name,
+// so they are in place before V exists.
 
-const filterTableName = "samplecrd"
+// filterTablePrefix starts the name of each Network's table.
+const filterTablePrefix = "samplecrd-"
 
-var (
-	filterTable  = &nftables.Table{Family: nftables.TableFamilyBridge, Name: filterTableName}
-	filterChains = []*nftables.Chain{
-		{Name: "input", Table: filterTable, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter},
-		{Name: "forward", Table: filterTable, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter},
-		{Name: "output", Table: filterTable, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter},
+// filterTableName is the name of key's table.
+func filterTableName(key string) string { return filterTablePrefix + netbackend.BridgeName(key) }
+
+func filterTable(name string) *nftables.Table {
+	return &nftables.Table{Family: nftables.TableFamilyBridge, Name: name}
+}
+
+func filterChains(t *nftables.Table) []*nftables.Chain {
+	return []*nftables.Chain{
+		{Name: "input", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter},
+		{Name: "forward", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter},
+		{Name: "output", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter},
 	}
-)
+}
 
 // filterUserData marks a rule as key's with the fingerprint of what it was made from.
 func filterUserData(key, fingerprint string) []byte {
@@ -143,45 +151,33 @@ func filterFingerprint(device string, mac net.HardwareAddr, gw netip.Addr) strin
 	return hex.EncodeToString(sum[:8])
 }
 
-// filterState lists the table's chains and rules: whether the table with all its base chains
-// exists, and the rules per key.
-func filterState(c *nftables.Conn) (bool, map[string][]*nftables.Rule, error) {
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyBridge)
-	if err != nil {
-		return false, nil, err
-	}
-	rules := map[string][]*nftables.Rule{}
-	found := 0
-	for _, ch := range chains {
-		if ch.Table.Name != filterTableName || !slices.ContainsFunc(filterChains, func(f *nftables.Chain) bool { return f.Name == ch.Name }) {
-			continue
-		}
-		found++
-		rs, err := c.GetRules(filterTable, ch)
+// tableRules returns the rules in the base chains of the table called name (none when it does
+// not exist: a dump filtered by table and chain returns nothing then).
+func tableRules(c *nftables.Conn, name string) ([]*nftables.Rule, error) {
+	t := filterTable(name)
+	var rules []*nftables.Rule
+	for _, ch := range filterChains(t) {
+		rs, err := c.GetRules(t, ch)
 		if err != nil {
-			return false, nil, err
+			return nil, err
 		}
-		for _, r := range rs {
-			if key, _, ok := keyOfRule(r); ok {
-				r.Chain = ch
-				rules[key] = append(rules[key], r)
-			}
-		}
+		rules = append(rules, rs...)
 	}
-	return found == len(filterChains), rules, nil
+	return rules, nil
 }
 
 // ensureGatewayFilter puts key's rules in place (see above) for its VXLAN device, bridge MAC
 // and gateway, replacing rules made for other values.
 func (b *Backend) ensureGatewayFilter(key string, mac net.HardwareAddr, gw netip.Addr) ([]string, error) {
 	device := netbackend.SegmentDeviceName(key)
+	name := filterTableName(key)
 	c, err := b.nft()
 	if err != nil {
 		return nil, fail(err, "opening nftables")
 	}
-	complete, rules, err := filterState(c)
+	rules, err := tableRules(c, name)
 	if err != nil {
-		return nil, fail(err, "listing nftables table bridge %s", filterTableName)
+		return nil, fail(err, "listing nftables table bridge %s", name)
 	}
 	fp := filterFingerprint(device, mac, gw)
 	want := filterRules(device, mac, gw)
@@ -189,88 +185,96 @@ func (b *Backend) ensureGatewayFilter(key string, mac net.HardwareAddr, gw netip
 	for _, rs := range want {
 		total += len(rs)
 	}
-	current := len(rules[key]) == total
-	for _, r := range rules[key] {
-		if _, f, _ := keyOfRule(r); f != fp {
+	current := len(rules) == total
+	for _, r := range rules {
+		if k, f, _ := keyOfRule(r); k != key || f != fp {
 			current = false
 		}
 	}
-	if complete && current {
+	if current {
 		return nil, nil
 	}
-	var changes []string
-	if !complete {
-		c.AddTable(filterTable)
-		for _, ch := range filterChains {
-			c.AddChain(ch)
-		}
-		changes = append(changes, fmt.Sprintf("created nftables table bridge %s", filterTableName))
+	// One batch: the table and chains made if missing, emptied, and filled.
+	t := filterTable(name)
+	c.AddTable(t)
+	chains := filterChains(t)
+	for _, ch := range chains {
+		c.AddChain(ch)
 	}
-	for _, r := range rules[key] {
-		if err := c.DelRule(r); err != nil {
-			return nil, fail(err, "deleting an nftables rule of network %s", key)
-		}
-	}
-	for _, ch := range filterChains {
+	c.FlushTable(t)
+	for _, ch := range chains {
 		for _, exprs := range want[ch.Name] {
-			c.AddRule(&nftables.Rule{Table: filterTable, Chain: ch, Exprs: exprs, UserData: filterUserData(key, fp)})
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs, UserData: filterUserData(key, fp)})
 		}
 	}
 	if err := c.Flush(); err != nil {
-		return nil, fail(err, "writing the gateway filter of network %s to nftables table bridge %s", key, filterTableName)
+		return nil, fail(err, "writing the gateway filter of network %s to nftables table bridge %s", key, name)
 	}
-	return append(changes, fmt.Sprintf("set the gateway filter of %s on %s (gateway %s, MAC %s)", key, device, gw, mac)), nil
+	return []string{fmt.Sprintf("set the gateway filter of %s in nftables table bridge %s (gateway %s, MAC %s)", device, name, gw, mac)}, nil
 }
 
-// removeGatewayFilter deletes key's rules; it reports whether there were any.
+// removeGatewayFilter deletes key's table; it reports whether there was one.
 func (b *Backend) removeGatewayFilter(key string) (bool, error) {
+	name := filterTableName(key)
 	c, err := b.nft()
 	if err != nil {
 		return false, fail(err, "opening nftables")
 	}
-	_, rules, err := filterState(c)
-	if err != nil {
-		return false, fail(err, "listing nftables table bridge %s", filterTableName)
-	}
-	if len(rules[key]) == 0 {
+	if _, err := c.ListTableOfFamily(name, nftables.TableFamilyBridge); errors.Is(err, unix.ENOENT) {
 		return false, nil
+	} else if err != nil {
+		return false, fail(err, "looking up nftables table bridge %s", name)
 	}
-	for _, r := range rules[key] {
-		if err := c.DelRule(r); err != nil {
-			return false, fail(err, "deleting an nftables rule of network %s", key)
-		}
-	}
+	c.DelTable(filterTable(name))
 	if err := c.Flush(); err != nil {
-		return false, fail(err, "deleting the gateway filter of network %s", key)
+		return false, fail(err, "deleting nftables table bridge %s of network %s", name, key)
 	}
 	return true, nil
 }
 
-// filterKeys returns the keys with rules in the table.
+// filterKeys returns the keys of our tables (the key their rules record).
 func (b *Backend) filterKeys() ([]string, error) {
 	c, err := b.nft()
 	if err != nil {
 		return nil, err
 	}
-	_, rules, err := filterState(c)
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyBridge)
 	if err != nil {
 		return nil, err
 	}
-	keys := make([]string, 0, len(rules))
-	for k := range rules {
-		keys = append(keys, k)
+	var keys []string
+	for _, t := range tables {
+		if !strings.HasPrefix(t.Name, filterTablePrefix) {
+			continue
+		}
+		rules, err := tableRules(c, t.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rules {
+			if key, _, ok := keyOfRule(r); ok && filterTableName(key) == t.Name {
+				keys = append(keys, key)
+				break
+			}
+		}
 	}
 	return keys, nil
 }
 
-// filterRuleCount returns how many rules key has in the table.
+// filterRuleCount returns how many rules of key its table has.
 func (b *Backend) filterRuleCount(key string) (int, error) {
 	c, err := b.nft()
 	if err != nil {
 		return 0, err
 	}
-	_, rules, err := filterState(c)
-	return len(rules[key]), err
+	rules, err := tableRules(c, filterTableName(key))
+	n := 0
+	for _, r := range rules {
+		if k, _, ok := keyOfRule(r); ok && k == key {
+			n++
+		}
+	}
+	return n, err
 }
 
 // nftUnsupported tells whether err says that the kernel has no nftables: then there are no

@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -186,12 +187,12 @@ func TestSegmentGatewayStaysLocal(t *testing.T) {
 	if nft, err := exec.LookPath("nft"); err == nil {
 		var out []byte
 		_ = inNS(nodes[0].ns.path, func() (err error) {
-			out, err = exec.CommandContext(context.Background(), nft, "list", "table", "bridge", filterTableName).CombinedOutput()
+			out, err = exec.CommandContext(context.Background(), nft, "list", "table", "bridge", filterTableName(d.Key)).CombinedOutput()
 			return err
 		})
 		for _, want := range []string{`arp daddr ip 10.99.0.1 drop`, `ether saddr ` + mac.String() + ` drop`} {
 			if !strings.Contains(string(out), want) {
-				t.Errorf("nft list table bridge %s lacks %q:\n%s", filterTableName, want, out)
+				t.Errorf("nft list table bridge %s lacks %q:\n%s", filterTableName(d.Key), want, out)
 			}
 		}
 	}
@@ -201,11 +202,31 @@ func TestSegmentGatewayStaysLocal(t *testing.T) {
 	if err != nil || a == nil || a.Segment == nil || !a.Segment.GatewayFilter {
 		t.Errorf("Observe: %v; want the gateway filter reported", err)
 	}
+	// Rules flushed by hand come back with the next Ensure.
+	c, err := nodes[0].b.nft()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.FlushTable(filterTable(filterTableName(d.Key)))
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nd := desiredOn(d, nodes, 0, 300)
+	nd.Blocks = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/26")}
+	if changes := nodes[0].ensure(nd); len(changes) != 1 || !strings.HasPrefix(changes[0], "set the gateway filter") {
+		t.Errorf("Ensure after the rules were flushed: %q, want the filter set again", changes)
+	}
+	if n, err := nodes[0].b.filterRuleCount(d.Key); err != nil || n != 6 {
+		t.Errorf("%d rules (%v), want 6", n, err)
+	}
+	if keys, err := nodes[0].b.filterKeys(); err != nil || !slices.Equal(keys, []string{d.Key}) {
+		t.Errorf("filterKeys = %v, %v", keys, err)
+	}
 	if err := nodes[0].b.Remove(context.Background(), d.Key); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := nodes[0].b.filterRuleCount(d.Key); err != nil || n != 0 {
-		t.Errorf("after Remove %d rules (%v), want none", n, err)
+	if keys, err := nodes[0].b.filterKeys(); err != nil || len(keys) != 0 {
+		t.Errorf("after Remove the table is still there: %v, %v", keys, err)
 	}
 }
 

@@ -103,7 +103,7 @@ func (b *Backend) List(context.Context) ([]string, error) {
 	filterKeys, err := b.filterKeys()
 	b.mu.Unlock()
 	if err != nil && !nftUnsupported(err) {
-		return nil, fail(err, "listing nftables table bridge %s", filterTableName)
+		return nil, fail(err, "listing our nftables tables (bridge %s*)", filterTablePrefix)
 	}
 	keys = append(keys, filterKeys...)
 	leaseKeys, err := b.leaseDirKeys()
