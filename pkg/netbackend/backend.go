@@ -41,13 +41,86 @@ type Desired struct {
 	MTU int
 	// IPMasq asks the CNI bridge plugin to masquerade the pods' traffic leaving the prefix.
 	IPMasq bool
+	// Blocks are the parts of Prefix this node hands out to its pods. nil means the whole
+	// prefix, with a default route via the gateway (the configuration from before blocks; the
+	// controller does not fill Blocks yet). Non-nil, the CNI configuration has one host-local
+	// range per block, the whole prefix on-link, and a default route only with DefaultRoute.
+	// Empty but non-nil means the node holds no block: no CNI configuration is written and an
+	// existing one of ours is removed, so that no runtime hands out an address the node does
+	// not own (the bridge and its gateway stay for the pods already attached).
+	Blocks []netip.Prefix
+	// DefaultRoute gives the pods a default route via the gateway; it matters only with
+	// Blocks set (without blocks, pods always get one, as before).
+	DefaultRoute bool
+	// Segment, when set, joins the Network's bridge on this node to the same Network's bridges
+	// on the peers with a VXLAN device: one L2 segment across the nodes. nil: the bridge is
+	// local to the node (and a segment device of ours is removed).
+	Segment *Segment
+}
+
+// Segment is the cross-node part of a Network on one node.
+type Segment struct {
+	// VNI is the Network's VXLAN network identifier, unique in the cluster (1 to 2^24-1).
+	VNI uint32
+	// UnderlayAddress is this node's address on the underlay: the VXLAN packets' source, and
+	// what the peers send to.
+	UnderlayAddress netip.Addr
+	// UnderlayLink, when set, is the interface the VXLAN packets leave through.
+	UnderlayLink string
+	// Peers are the other nodes' underlay addresses (of UnderlayAddress's family): each gets a
+	// copy of broadcast, multicast and not yet learnt unicast frames.
+	Peers []netip.Addr
+	// MTU of the bridge, the VXLAN device and the pods' interfaces; 0 means DefaultMTU minus
+	// the encapsulation (SegmentOverhead).
+	MTU int
+}
+
+// SegmentOverhead is what VXLAN encapsulation takes of the underlay's MTU: outer IP, UDP,
+// VXLAN and inner Ethernet headers.
+func SegmentOverhead(underlay netip.Addr) int {
+	if underlay.Is6() {
+		return 70
+	}
+	return 50
+}
+
+// VXLANPort is the UDP port of the segment's VXLAN traffic (IANA's).
+const VXLANPort = 4789
+
+// MaxVNI is the highest VXLAN network identifier.
+const MaxVNI = 1<<24 - 1
+
+// SegmentState is what a backend found of a Network's segment device on the node.
+type SegmentState struct {
+	// Device is the VXLAN device's name.
+	Device string
+	// Enslaved: the device is a port of the Network's bridge.
+	Enslaved bool
+	Up       bool
+	VNI      uint32
+	// Local is the device's source address on the underlay.
+	Local netip.Addr
+	MTU   int
+	// Peers are the destinations of the device's flood entries, sorted.
+	Peers []netip.Addr
+	// GatewayFilter: the rules that keep the gateway's ARP and ND off the segment are in place.
+	GatewayFilter bool
 }
 
 // DefaultMTU is the bridge MTU when a Network does not ask for another.
 const DefaultMTU = 1500
 
-// EffectiveMTU is d.MTU, or DefaultMTU when d does not set one.
+// EffectiveMTU is the MTU of the bridge, its VXLAN device and the pods' interfaces: with a
+// Segment, the segment's MTU (DefaultMTU minus the encapsulation when it sets none), so that a
+// pod attached before any peer joined has the MTU the segment carries; else d.MTU, or
+// DefaultMTU when d does not set one.
 func (d Desired) EffectiveMTU() int {
+	if d.Segment != nil {
+		if d.Segment.MTU != 0 {
+			return d.Segment.MTU
+		}
+		return DefaultMTU - SegmentOverhead(d.Segment.UnderlayAddress)
+	}
 	if d.MTU == 0 {
 		return DefaultMTU
 	}
@@ -67,6 +140,48 @@ func (d Desired) Validate() error {
 		return Errorf(ReasonBackendError, "network %s: gateway %s is not in %s", d.Key, d.Gateway, d.Prefix)
 	case d.MTU != 0 && (d.MTU < 68 || d.MTU > 65535):
 		return Errorf(ReasonBackendError, "network %s: MTU %d out of range", d.Key, d.MTU)
+	}
+	if err := d.Segment.validate(d.Key); err != nil {
+		return err
+	}
+	for i, b := range d.Blocks {
+		switch {
+		case !b.IsValid() || b != b.Masked():
+			return Errorf(ReasonBackendError, "network %s: block %v is not a valid prefix with no host bits", d.Key, b)
+		case b.Addr().Is4() != d.Prefix.Addr().Is4() || b.Bits() < d.Prefix.Bits() || !d.Prefix.Contains(b.Addr()):
+			return Errorf(ReasonBackendError, "network %s: block %s is not within %s", d.Key, b, d.Prefix.Masked())
+		}
+		for _, o := range d.Blocks[:i] {
+			if o.Overlaps(b) {
+				return Errorf(ReasonBackendError, "network %s: blocks %s and %s overlap", d.Key, o, b)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Segment) validate(key string) error {
+	if s == nil {
+		return nil
+	}
+	switch {
+	case s.VNI == 0 || s.VNI > MaxVNI:
+		return Errorf(ReasonBackendError, "network %s: VNI %d out of range 1-%d", key, s.VNI, MaxVNI)
+	case !s.UnderlayAddress.IsValid() || s.UnderlayAddress.Zone() != "" || s.UnderlayAddress.IsUnspecified() ||
+		s.UnderlayAddress.IsMulticast() || s.UnderlayAddress.Is4In6():
+		return Errorf(ReasonBackendError, "network %s: invalid underlay address %v", key, s.UnderlayAddress)
+	case s.MTU != 0 && (s.MTU < 68 || s.MTU > 65535):
+		return Errorf(ReasonBackendError, "network %s: segment MTU %d out of range", key, s.MTU)
+	case len(s.UnderlayLink) > 15 || strings.ContainsAny(s.UnderlayLink, "/ \t\n"):
+		return Errorf(ReasonBackendError, "network %s: invalid underlay interface name %q", key, s.UnderlayLink)
+	}
+	for _, p := range s.Peers {
+		if !p.IsValid() || p.Zone() != "" || p.IsUnspecified() || p.IsMulticast() || p.Is4() != s.UnderlayAddress.Is4() || p.Is4In6() {
+			return Errorf(ReasonBackendError, "network %s: invalid peer %v for underlay address %s", key, p, s.UnderlayAddress)
+		}
+		if p == s.UnderlayAddress {
+			return Errorf(ReasonBackendError, "network %s: peer %s is this node's own underlay address", key, p)
+		}
 	}
 	return nil
 }
@@ -88,6 +203,8 @@ type Actual struct {
 	// this node. A runtime's DEL removes the pod's veth before it releases the address, so a
 	// lease without a port is a DEL under way (or one that never finished).
 	Leases []string
+	// Segment is the Network's VXLAN device, nil when there is none. It is never one of Ports.
+	Segment *SegmentState
 }
 
 // Outcome is what Ensure found beside the changes it made.
@@ -127,6 +244,9 @@ func BridgeName(key string) string {
 	return "nw" + strings.ToLower(base32.StdEncoding.EncodeToString(sum[:])[:13])
 }
 
+// SegmentDeviceName is the name of key's VXLAN device: "vx" and the bridge name's hash.
+func SegmentDeviceName(key string) string { return "vx" + BridgeName(key)[2:] }
+
 // BridgeMAC is the fixed MAC address of key's bridge: locally administered, unicast, derived
 // from the key, so the same across repairs, restarts and nodes. A bridge without a MAC set
 // takes the lowest MAC of its ports and changes it as pods come and go, which breaks the pods'
@@ -152,6 +272,9 @@ const (
 	// ReasonPortsDetached: ports of the Network's bridge (pods' veths) lost their bridge and
 	// could not be attached again; those pods are cut off.
 	ReasonPortsDetached = "PortsDetached"
+	// ReasonSegmentDown: the Network's segment to the other nodes could not be realised (its
+	// underlay interface or address is missing, or the VXLAN device could not be made).
+	ReasonSegmentDown = "SegmentDown"
 	// ReasonGatewayChangeBlocked: spec.gateway changed while pods are attached on the node; they
 	// have the old gateway as their default route, so the node keeps it until they are gone.
 	ReasonGatewayChangeBlocked = "GatewayChangeBlocked"

@@ -43,6 +43,7 @@ type Counts struct {
 type Backend struct {
 	mu       sync.Mutex
 	nodes    map[string]*netbackend.Actual
+	desired  map[string]netbackend.Desired
 	failures map[string]error
 	occupied map[string]bool
 	listErr  error
@@ -61,6 +62,7 @@ var _ netbackend.Backend = (*Backend)(nil)
 func NewBackend() *Backend {
 	return &Backend{
 		nodes:           map[string]*netbackend.Actual{},
+		desired:         map[string]netbackend.Desired{},
 		failures:        map[string]error{},
 		occupied:        map[string]bool{},
 		watchers:        map[int]func(string){},
@@ -69,15 +71,25 @@ func NewBackend() *Backend {
 }
 
 // CNIConfig is the content the fake backend records as a Network's CNI configuration. It is
-// a stable rendering of d (not the real CNI format): equal desires give equal bytes.
+// a stable rendering of d (not the real CNI format): equal desires give equal bytes. Like the
+// linux backend, a Desired with Blocks empty but not nil has no configuration (nil).
 func CNIConfig(d netbackend.Desired) []byte {
+	if d.Blocks != nil && len(d.Blocks) == 0 {
+		return nil
+	}
+	var blocks []string
+	for _, p := range d.Blocks {
+		blocks = append(blocks, p.String())
+	}
 	b, err := json.Marshal(struct {
-		Network string `json:"network"`
-		Bridge  string `json:"bridge"`
-		Subnet  string `json:"subnet"`
-		Gateway string `json:"gateway"`
-		MTU     int    `json:"mtu"`
-	}{d.Key, netbackend.BridgeName(d.Key), d.Prefix.Masked().String(), d.Gateway.String(), d.EffectiveMTU()})
+		Network      string   `json:"network"`
+		Bridge       string   `json:"bridge"`
+		Subnet       string   `json:"subnet"`
+		Gateway      string   `json:"gateway"`
+		MTU          int      `json:"mtu"`
+		Blocks       []string `json:"blocks,omitempty"`
+		DefaultRoute bool     `json:"defaultRoute,omitempty"`
+	}{d.Key, netbackend.BridgeName(d.Key), d.Prefix.Masked().String(), d.Gateway.String(), d.EffectiveMTU(), blocks, d.DefaultRoute})
 	if err != nil {
 		panic(err) // cannot happen: only strings and ints
 	}
@@ -148,10 +160,16 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 		a.Up = true
 		changes = append(changes, "set "+bridge+" up")
 	}
-	if conf := CNIConfig(d); string(a.CNIConfig) != string(conf) {
+	switch conf := CNIConfig(d); {
+	case conf == nil && a.CNIConfig != nil:
+		a.CNIConfig = nil
+		changes = append(changes, "removed CNI configuration for "+bridge+": the node holds no block")
+	case conf != nil && string(a.CNIConfig) != string(conf):
 		a.CNIConfig = conf
 		changes = append(changes, "wrote CNI configuration for "+bridge)
 	}
+	changes = append(changes, ensureSegment(a, d)...)
+	b.desired[d.Key] = cloneDesired(d)
 	b.counts.Writes += len(changes)
 	return changes, netbackend.Outcome{Created: created, Ports: slices.Clone(a.Ports)}, nil
 }
@@ -175,7 +193,56 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 		b.counts.Writes++
 	}
 	delete(b.nodes, key)
+	delete(b.desired, key)
 	return nil
+}
+
+// Desired returns the last Desired that Ensure accepted for key (its Blocks, DefaultRoute and
+// Segment included), and whether there was one since the last Remove of key.
+func (b *Backend) Desired(key string) (netbackend.Desired, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	d, ok := b.desired[key]
+	if !ok {
+		return netbackend.Desired{}, false
+	}
+	return cloneDesired(d), true
+}
+
+func cloneDesired(d netbackend.Desired) netbackend.Desired {
+	d.Blocks = slices.Clone(d.Blocks)
+	if d.Segment != nil {
+		s := *d.Segment
+		s.Peers = slices.Clone(s.Peers)
+		d.Segment = &s
+	}
+	return d
+}
+
+// ensureSegment makes a's segment device what d asks, like the linux backend's VXLAN device.
+func ensureSegment(a *netbackend.Actual, d netbackend.Desired) []string {
+	name := netbackend.SegmentDeviceName(d.Key)
+	if d.Segment == nil {
+		if a.Segment == nil {
+			return nil
+		}
+		a.Segment = nil
+		return []string{"deleted VXLAN device " + name}
+	}
+	peers := slices.Clone(d.Segment.Peers)
+	slices.SortFunc(peers, func(x, y netip.Addr) int { return x.Compare(y) })
+	want := netbackend.SegmentState{Device: name, Enslaved: true, Up: true, VNI: d.Segment.VNI,
+		Local: d.Segment.UnderlayAddress, MTU: d.EffectiveMTU(), Peers: slices.Compact(peers)}
+	if a.Segment != nil && a.Segment.Device == want.Device && a.Segment.Enslaved && a.Segment.Up && a.Segment.VNI == want.VNI &&
+		a.Segment.Local == want.Local && a.Segment.MTU == want.MTU && slices.Equal(a.Segment.Peers, want.Peers) {
+		return nil
+	}
+	change := "created VXLAN device " + name
+	if a.Segment != nil {
+		change = "updated VXLAN device " + name
+	}
+	a.Segment = &want
+	return []string{fmt.Sprintf("%s (VNI %d, peers %v)", change, want.VNI, want.Peers)}
 }
 
 // List implements netbackend.Backend: the keys of every network with a bridge or a configuration.
@@ -262,5 +329,10 @@ func clone(a *netbackend.Actual) *netbackend.Actual {
 	c.CNIConfig = slices.Clone(a.CNIConfig)
 	c.Ports = slices.Clone(a.Ports)
 	c.Leases = slices.Clone(a.Leases)
+	if a.Segment != nil {
+		s := *a.Segment
+		s.Peers = slices.Clone(s.Peers)
+		c.Segment = &s
+	}
 	return &c
 }

@@ -318,3 +318,86 @@ func equalActual(a, b netbackend.Actual) bool {
 	return a.Key == b.Key && a.Bridge == b.Bridge && slices.Equal(a.Addresses, b.Addresses) &&
 		a.Up == b.Up && a.MTU == b.MTU && string(a.CNIConfig) == string(b.CNIConfig)
 }
+
+func TestEnsureRecordsBlocks(t *testing.T) {
+	ctx := context.Background()
+	b := NewBackend()
+	d := desired("default/blocks")
+	before := CNIConfig(d)
+	d.Blocks = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/28")}
+	d.DefaultRoute = true
+	if _, _, err := b.Ensure(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := b.Desired(d.Key)
+	if !ok || !slices.Equal(got.Blocks, d.Blocks) || !got.DefaultRoute {
+		t.Fatalf("Desired = %+v, %v; want the blocks and the default route recorded", got, ok)
+	}
+	if a := b.Get(d.Key); string(a.CNIConfig) == string(before) || !strings.Contains(string(a.CNIConfig), "10.99.0.0/28") {
+		t.Errorf("configuration %s does not reflect the blocks", a.CNIConfig)
+	}
+	// No block: no configuration.
+	d.Blocks = []netip.Prefix{}
+	if changes, _, err := b.Ensure(ctx, d); err != nil || len(changes) != 1 {
+		t.Fatalf("Ensure without blocks: %q, %v; want the configuration removed", changes, err)
+	}
+	if a := b.Get(d.Key); a.CNIConfig != nil {
+		t.Errorf("configuration %s without blocks, want none", a.CNIConfig)
+	}
+	if got, _ := b.Desired(d.Key); got.Blocks == nil {
+		t.Error("empty blocks recorded as nil")
+	}
+	if err := b.Remove(ctx, d.Key); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Desired(d.Key); ok {
+		t.Error("Desired still recorded after Remove")
+	}
+}
+
+func TestEnsureRecordsSegment(t *testing.T) {
+	ctx := context.Background()
+	b := NewBackend()
+	d := desired("default/seg")
+	d.Segment = &netbackend.Segment{VNI: 7, UnderlayAddress: netip.MustParseAddr("192.168.1.1"),
+		Peers: []netip.Addr{netip.MustParseAddr("192.168.1.3"), netip.MustParseAddr("192.168.1.2")}}
+	if _, _, err := b.Ensure(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := b.Desired(d.Key)
+	if got.Segment == nil || got.Segment.VNI != 7 || len(got.Segment.Peers) != 2 || got.Segment == d.Segment {
+		t.Fatalf("recorded segment %+v, want a copy of %+v", got.Segment, d.Segment)
+	}
+	a := b.Get(d.Key)
+	if a.Segment == nil || a.Segment.VNI != 7 || a.MTU != 1450 || a.Segment.MTU != 1450 ||
+		!slices.Equal(a.Segment.Peers, []netip.Addr{netip.MustParseAddr("192.168.1.2"), netip.MustParseAddr("192.168.1.3")}) {
+		t.Errorf("segment state %+v, bridge MTU %d; want VNI 7, MTU 1450, sorted peers", a.Segment, a.MTU)
+	}
+	if changes, _, err := b.Ensure(ctx, d); err != nil || len(changes) != 0 {
+		t.Errorf("resync: %q, %v", changes, err)
+	}
+	d.Segment = nil
+	if changes, _, _ := b.Ensure(ctx, d); len(changes) == 0 || b.Get(d.Key).Segment != nil {
+		t.Errorf("segment not removed: %q", changes)
+	}
+	d.Segment = &netbackend.Segment{VNI: 1 << 24, UnderlayAddress: netip.MustParseAddr("192.168.1.1")}
+	if _, _, err := b.Ensure(ctx, d); err == nil {
+		t.Error("a VNI beyond 24 bits was accepted")
+	}
+}
+
+func TestDeleteSegmentIsRepaired(t *testing.T) {
+	ctx := context.Background()
+	b := NewBackend()
+	d := desired("default/seg")
+	d.Segment = &netbackend.Segment{VNI: 9, UnderlayAddress: netip.MustParseAddr("192.168.1.1")}
+	if _, _, err := b.Ensure(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	if !b.DeleteSegment(d.Key) || b.Get(d.Key).Segment != nil {
+		t.Fatal("DeleteSegment left the segment")
+	}
+	if changes, _, err := b.Ensure(ctx, d); err != nil || len(changes) != 1 || b.Get(d.Key).Segment == nil {
+		t.Errorf("Ensure after DeleteSegment: %q, %v; want the device created again", changes, err)
+	}
+}

@@ -30,7 +30,7 @@ func (b *Backend) drift(key string, change func(a *netbackend.Actual)) bool {
 	a, ok := b.nodes[key]
 	if ok {
 		change(a)
-		if a.Bridge == "" && a.CNIConfig == nil {
+		if a.Bridge == "" && a.CNIConfig == nil && a.Segment == nil {
 			delete(b.nodes, key)
 		}
 	}
@@ -51,6 +51,12 @@ func (b *Backend) DeleteBridge(key string) bool {
 	return b.drift(key, func(a *netbackend.Actual) {
 		a.Bridge, a.Addresses, a.MTU, a.Up = "", nil, 0, false
 	})
+}
+
+// DeleteSegment simulates key's VXLAN device deleted by hand (the segment is down until the
+// next Ensure). It reports whether key had state.
+func (b *Backend) DeleteSegment(key string) bool {
+	return b.drift(key, func(a *netbackend.Actual) { a.Segment = nil })
 }
 
 // SetMTU simulates the MTU of key's bridge changed by hand.

@@ -125,13 +125,56 @@ type portmapConf struct {
 type ipamConf struct {
 	Type    string        `json:"type"`
 	Ranges  [][]rangeConf `json:"ranges"`
-	Routes  []routeConf   `json:"routes"`
+	Routes  []routeConf   `json:"routes,omitempty"`
 	DataDir string        `json:"dataDir,omitempty"`
 }
 
 type rangeConf struct {
-	Subnet  string `json:"subnet"`
-	Gateway string `json:"gateway"`
+	Subnet     string `json:"subnet"`
+	RangeStart string `json:"rangeStart,omitempty"`
+	RangeEnd   string `json:"rangeEnd,omitempty"`
+	Gateway    string `json:"gateway"`
+}
+
+// blockRanges returns host-local's ranges for d.Blocks: one per block, each over the whole
+// prefix (so the pod's address has the prefix's mask and the whole prefix is on-link) and
+// limited to the block by rangeStart and rangeEnd. These are clipped to what host-local itself
+// would hand out of the prefix (never the network address, nor the IPv4 broadcast address): an
+// explicit rangeStart could otherwise be the network address. A block with nothing left after
+// clipping gives no range. host-local keeps several ranges of one subnet in one range set
+// apart by their start and end, and gives a pod one address per range set.
+func blockRanges(d netbackend.Desired) []rangeConf {
+	prefix := d.Prefix.Masked()
+	lowest := prefix.Addr().Next()
+	highest := lastAddr(prefix)
+	if prefix.Addr().Is4() {
+		highest = highest.Prev() // the broadcast address
+	}
+	var ranges []rangeConf
+	for _, b := range d.Blocks {
+		start, end := b.Masked().Addr(), lastAddr(b)
+		if start.Less(lowest) {
+			start = lowest
+		}
+		if highest.Less(end) {
+			end = highest
+		}
+		if !start.IsValid() || !end.IsValid() || end.Less(start) {
+			continue
+		}
+		ranges = append(ranges, rangeConf{Subnet: prefix.String(), RangeStart: start.String(), RangeEnd: end.String(), Gateway: d.Gateway.String()})
+	}
+	return ranges
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	a := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(a)*8; i++ {
+		a[i/8] |= 0x80 >> (i % 8)
+	}
+	last, _ := netip.AddrFromSlice(a)
+	return last
 }
 
 type routeConf struct {
@@ -140,14 +183,28 @@ type routeConf struct {
 
 // renderConfig returns the CNI configuration list for d: a "bridge" plugin on d's bridge
 // (isGateway, hairpin mode so a pod reaches itself through a service, masquerading only when
-// d.IPMasq, the bridge's MTU for the pods' interfaces) with "host-local" IPAM over d.Prefix
-// (host-local never hands out the gateway) and a default route, then "portmap" with the
-// portMappings capability (a pod's hostPorts). ipamDataDir, when set, is host-local's dataDir.
-// The list records bridgeMAC as the bridge's MAC (MACField). Equal inputs give equal bytes.
+// d.IPMasq, the bridge's MTU for the pods' interfaces) with "host-local" IPAM, then "portmap"
+// with the portMappings capability (a pod's hostPorts). Without d.Blocks, host-local hands out
+// the whole d.Prefix (never the gateway) with a default route; with d.Blocks, one range set
+// of one range per block (see blockRanges) and a default route only if d.DefaultRoute. When
+// the node has no address to hand out (d.Blocks empty but not nil, or every block clipped
+// away) it returns nil: the node must have no configuration. ipamDataDir, when set, is
+// host-local's dataDir. The list records bridgeMAC as the bridge's MAC (MACField). Equal
+// inputs give equal bytes.
 func renderConfig(d netbackend.Desired, ipamDataDir string, bridgeMAC net.HardwareAddr) ([]byte, error) {
 	defaultRoute := "0.0.0.0/0"
 	if d.Gateway.Is6() {
 		defaultRoute = "::/0"
+	}
+	ranges := []rangeConf{{Subnet: d.Prefix.Masked().String(), Gateway: d.Gateway.String()}}
+	routes := []routeConf{{Dst: defaultRoute}}
+	if d.Blocks != nil {
+		if ranges = blockRanges(d); len(ranges) == 0 {
+			return nil, nil
+		}
+		if routes = nil; d.DefaultRoute {
+			routes = []routeConf{{Dst: defaultRoute}}
+		}
 	}
 	mtu := d.EffectiveMTU()
 	list := confList{
@@ -165,8 +222,8 @@ func renderConfig(d netbackend.Desired, ipamDataDir string, bridgeMAC net.Hardwa
 				MTU:         mtu,
 				IPAM: ipamConf{
 					Type:    "host-local",
-					Ranges:  [][]rangeConf{{{Subnet: d.Prefix.Masked().String(), Gateway: d.Gateway.String()}}},
-					Routes:  []routeConf{{Dst: defaultRoute}},
+					Ranges:  [][]rangeConf{ranges},
+					Routes:  routes,
 					DataDir: ipamDataDir,
 				},
 			},

@@ -21,8 +21,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 
@@ -58,6 +60,20 @@ func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, er
 			Ports: sortedNames(ports)}
 		b.remember(key, name, a.Index)
 		b.rememberPorts(key, ports)
+	}
+	bridgeIndex := 0
+	if actual != nil {
+		bridgeIndex = link.Attrs().Index
+	}
+	segment, err := b.segmentState(key, bridgeIndex)
+	if err != nil {
+		return nil, fail(err, "looking at the VXLAN device of network %s", key)
+	}
+	if segment != nil {
+		if actual == nil {
+			actual = &netbackend.Actual{Key: key}
+		}
+		actual.Segment = segment
 	}
 	content, state, err := readConfig(b.cfg.CNIConfDir, key)
 	if err != nil {
@@ -200,13 +216,33 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 		}
 		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", name, attrs.MTU, mtu))
 	}
+	prepared, err := b.prepareSegmentBridge(link, d, attrs.Flags&net.FlagUp != 0)
+	changes = append(changes, prepared...)
+	if err != nil {
+		return changes, netbackend.Outcome{}, err
+	}
 	if attrs.Flags&net.FlagUp == 0 {
 		if err := b.h.LinkSetUp(link); err != nil {
 			return changes, netbackend.Outcome{}, fail(err, "setting bridge %s up", name)
 		}
 		changes = append(changes, fmt.Sprintf("set %s up", name))
 	}
-	if !bytes.Equal(existing, conf) {
+	linkLocal, err := b.ensureSegmentLinkLocal(link, d)
+	changes = append(changes, linkLocal...)
+	if err != nil {
+		return changes, netbackend.Outcome{}, err
+	}
+	switch {
+	case conf == nil && state == confOurs:
+		// No block on this node: no runtime may hand out an address from the old ranges.
+		if err := os.Remove(confPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return changes, netbackend.Outcome{}, fail(err, "removing CNI configuration %s", confPath)
+		}
+		if err := syncDir(b.cfg.CNIConfDir); err != nil {
+			return changes, netbackend.Outcome{}, fail(err, "syncing %s", b.cfg.CNIConfDir)
+		}
+		changes = append(changes, fmt.Sprintf("removed CNI configuration %s: the node holds no block of the network", confPath))
+	case conf != nil && !bytes.Equal(existing, conf):
 		if err := writeFileAtomic(confPath, conf); err != nil {
 			return changes, netbackend.Outcome{}, fail(err, "writing CNI configuration %s", confPath)
 		}
@@ -214,6 +250,11 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 	}
 	portChanges, ports, err := b.ensurePorts(link, d.Key)
 	changes = append(changes, portChanges...)
+	segmentChanges, segmentErr := b.ensureSegment(link, d, mtu, mac)
+	changes = append(changes, segmentChanges...)
+	if err == nil {
+		err = segmentErr
+	}
 	if err == nil {
 		err = blocked
 	}

@@ -46,6 +46,9 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 			return fail(err, "deleting bridge %s of network %s", name, key)
 		}
 	}
+	if err := b.removeSegment(key); err != nil {
+		return err
+	}
 	staged, err := b.linkByName(stagingName(key))
 	if err != nil {
 		return fail(err, "looking up %s", stagingName(key))
@@ -100,6 +103,8 @@ func (b *Backend) List(context.Context) ([]string, error) {
 			b.remember(key, l.Attrs().Name, l.Attrs().Index)
 		case ok && isStaged(l, key):
 			keys = append(keys, key) // left by an interrupted creation; Remove deletes it
+		case ok && isSegmentOf(l, key):
+			keys = append(keys, key) // a VXLAN device left without its bridge; Remove deletes it
 		}
 	}
 	confKeys, err := listConfigKeys(b.cfg.CNIConfDir)
@@ -110,6 +115,13 @@ func (b *Backend) List(context.Context) ([]string, error) {
 		b.remember(key, netbackend.BridgeName(key), 0)
 	}
 	keys = append(keys, confKeys...)
+	b.mu.Lock()
+	filterKeys, err := b.filterKeys()
+	b.mu.Unlock()
+	if err != nil && !nftUnsupported(err) {
+		return nil, fail(err, "listing our nftables tables (bridge %s*)", filterTablePrefix)
+	}
+	keys = append(keys, filterKeys...)
 	leaseKeys, err := b.leaseDirKeys()
 	if err != nil {
 		return nil, fail(err, "listing host-local's data directory %s", b.ipamDataDir())

@@ -39,6 +39,11 @@ limitations under the License.
 // the bridge was recreated. While pods are attached, a new gateway waits
 // (netbackend.ReasonGatewayChangeBlocked): they have the configured one as their default route.
 //
+// A Network with a segment (netbackend.Desired.Segment) also gets a VXLAN device on its bridge
+// (vxlan.go), its own IPv6 link-local address on the bridge (linklocal.go) and rules that keep
+// the gateway's ARP and ND off the segment (bridgefilter.go); the VXLAN device is never one of
+// the bridge's ports as the backend reports them.
+//
 // The gateway on another interface of the namespace is netbackend.ReasonAddressInUse. The
 // kernel accepts one address on several interfaces, so this is checked before the address is
 // added (EADDRINUSE or EEXIST from the kernel are reported the same way); an overlap of prefixes

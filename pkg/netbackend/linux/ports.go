@@ -38,10 +38,19 @@ func (b *Backend) remember(key, name string, index int) {
 	}
 }
 
+// rememberSegment records name as key's VXLAN device, so that Watch notices it deleted or
+// taken.
+func (b *Backend) rememberSegment(key, name string) {
+	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
+	b.names[name] = key
+}
+
 func (b *Backend) forget(key string) {
 	b.knownMu.Lock()
 	defer b.knownMu.Unlock()
 	delete(b.names, netbackend.BridgeName(key))
+	delete(b.names, netbackend.SegmentDeviceName(key))
 	for i, k := range b.indexes {
 		if k == key {
 			delete(b.indexes, i)
@@ -92,10 +101,14 @@ func (b *Backend) rememberedPorts(key string) map[int]string {
 	return out
 }
 
-// portsOf returns the ports of the bridge with index bridge (index -> name), from links.
+// portsOf returns the ports of the bridge with index bridge (index -> name), from links: the
+// pods' veths. Our own VXLAN device is a port but not a pod, and is left out.
 func portsOf(links []netlink.Link, bridge int) map[int]string {
 	ports := map[int]string{}
 	for _, l := range links {
+		if _, segment := isSegmentLink(l); segment {
+			continue
+		}
 		if a := l.Attrs(); a.MasterIndex == bridge && a.Index != bridge {
 			ports[a.Index] = a.Name
 		}

@@ -161,6 +161,9 @@ func (b *Backend) keysOfLinkUpdate(u netlink.LinkUpdate) []string {
 			b.remember(key, attrs.Name, attrs.Index)
 		}
 	}
+	if key, ok := isSegmentLink(u.Link); ok {
+		add(key) // our VXLAN device changed or went: Ensure repairs it
+	}
 	b.knownMu.Lock()
 	if key, ok := b.names[attrs.Name]; ok {
 		add(key)
@@ -172,7 +175,9 @@ func (b *Backend) keysOfLinkUpdate(u netlink.LinkUpdate) []string {
 		}
 	}
 	if key, ok := b.indexes[attrs.MasterIndex]; ok && attrs.MasterIndex != 0 && !deleted {
-		add(key) // a port attached to our bridge: a pod came
+		if _, segment := isSegmentLink(u.Link); !segment {
+			add(key) // a port attached to our bridge: a pod came
+		}
 	}
 	if key, ok := b.portKeys[attrs.Index]; ok {
 		add(key) // a port of our bridge detached or gone: a pod left, or the bridge was deleted
@@ -213,6 +218,9 @@ func (b *Backend) learn() error {
 	for _, l := range links {
 		if key, ok := KeyOfAlias(l.Attrs().Alias); ok && isOurs(l, key) {
 			b.remember(key, l.Attrs().Name, l.Attrs().Index)
+		}
+		if key, ok := isSegmentLink(l); ok {
+			b.rememberSegment(key, l.Attrs().Name)
 		}
 	}
 	return nil
