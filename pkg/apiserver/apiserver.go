@@ -16,6 +16,7 @@ import (
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1beta1"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver/fastjson"
+	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator/repair"
 	networkstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/storage"
@@ -37,6 +38,11 @@ type ExtraConfig struct {
 	Scoping   allocator.Scoping
 	// Pools are where prefixes for spec.prefixLength come from, tried in order.
 	Pools []netip.Prefix
+	// Blocks keeps the nodes' address blocks of each Network (scope = Network UID) from
+	// overlapping one another and the gateway; nil serves no blockallocations and no claims.
+	Blocks *allocator.Allocator
+	// BlockSizes are the sizes claims hand out.
+	BlockSizes blockstorage.BlockSizes
 	// VerifyInterval is how often the allocation invariant is verified (and what is safe to fix,
 	// fixed), starting right after the server starts.
 	VerifyInterval time.Duration
@@ -70,8 +76,15 @@ func (c CompletedConfig) New() (*Server, error) {
 	if c.extra.Allocator == nil {
 		return nil, fmt.Errorf("creating network storage: no allocator")
 	}
-	storage, err := networkstorage.NewStorage(Scheme, c.generic.RESTOptionsGetter,
-		&networkstorage.Allocations{Allocator: c.extra.Allocator, Scoping: c.extra.Scoping, Pools: c.extra.Pools})
+	allocations := &networkstorage.Allocations{Allocator: c.extra.Allocator, Scoping: c.extra.Scoping, Pools: c.extra.Pools}
+	var blockAllocations *blockstorage.REST
+	if c.extra.Blocks != nil {
+		if blockAllocations, err = blockstorage.NewREST(Scheme, c.generic.RESTOptionsGetter); err != nil {
+			return nil, fmt.Errorf("creating blockallocation storage: %w", err)
+		}
+		allocations.Blocks, allocations.BlockObjects = c.extra.Blocks, blockAllocations.Etcd.KeyPrefix()
+	}
+	storage, err := networkstorage.NewStorage(Scheme, c.generic.RESTOptionsGetter, allocations)
 	if err != nil {
 		return nil, fmt.Errorf("creating network storage: %w", err)
 	}
@@ -83,6 +96,17 @@ func (c CompletedConfig) New() (*Server, error) {
 	group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"networks":        storage.Network,
 		"networks/status": storage.Status,
+	}
+	if blockAllocations != nil {
+		// Served in v1 only: a new resource has no reason to appear in the deprecated v1beta1,
+		// and agents (its only writers, through blockclaims) speak v1.
+		sizes := c.extra.BlockSizes
+		if sizes == (blockstorage.BlockSizes{}) {
+			sizes = blockstorage.DefaultBlockSizes
+		}
+		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["blockallocations"] = blockAllocations
+		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["networks/blockclaims"] = &blockstorage.ClaimREST{
+			Blocks: c.extra.Blocks, Networks: storage.Etcd, Objects: blockAllocations.Etcd, Sizes: sizes}
 	}
 	group.VersionedResourcesStorageMap[v1beta1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"networks":        &v1beta1Networks{storage.Network},
