@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -119,6 +120,14 @@ func (c CompletedConfig) New() (*Server, error) {
 	// wait for the repair; it reports (and where safe fixes) what data written around the API, or
 	// by older versions of this server, broke.
 	verifier := repair.New(c.extra.Allocator, c.extra.Scoping, storage.Etcd.KeyPrefix(), storage.Etcd.Decode)
+	if blockAllocations != nil {
+		// The blocks too: keys against BlockAllocations, gateways, Networks that are gone.
+		verifier.WithBlocks(c.extra.Blocks, blockAllocations.Etcd.KeyPrefix(),
+			func(ctx context.Context, kv *mvccpb.KeyValue) (*samplecrd.BlockAllocation, error) {
+				b := &samplecrd.BlockAllocation{}
+				return b, blockAllocations.Etcd.DecodeInto(ctx, kv, b)
+			})
+	}
 	generic.AddPostStartHookOrDie("verify-network-allocations", func(hook genericapiserver.PostStartHookContext) error {
 		go verifier.Run(hook, c.extra.VerifyInterval)
 		return nil

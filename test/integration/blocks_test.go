@@ -35,6 +35,7 @@ import (
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
+	"github.com/samplecrd/network-apiserver/test/integration/framework"
 )
 
 const blkBlocksRoot = "/registry/samplecrd.k8s.io/blocks/"
@@ -332,7 +333,7 @@ func TestBlockGatewayMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A /24 gets /28 blocks; the lowest free one is 10.44.0.16/28 (the first holds the gateway).
+	// A /24 gets /28 blocks, any of the 15 that do not hold the gateway.
 	b, err := networks.ClaimBlocks(ctx, "gw", &v1.BlockClaim{NodeName: "node2"}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -347,17 +348,20 @@ func TestBlockGatewayMove(t *testing.T) {
 		t.Fatalf("gateway moved into a block: %v, want a 422 containing %q", err, want)
 	}
 
-	// Move it to the top of the prefix: the key moves along, in the Network's own write.
+	// Move it to a free address: the key moves along, in the Network's own write.
 	n, err = networks.Get(ctx, "gw", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.Spec.Gateway = "10.44.0.254"
+	if block.Contains(netip.MustParseAddr(n.Spec.Gateway)) {
+		n.Spec.Gateway = "10.44.0.126"
+	}
 	if n, err = networks.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	blkCheck(t, c, etcd, ns, n)
-	// Claims now use 10.44.0.0/28 and never the block holding 10.44.0.254.
+	// Claims now use 10.44.0.0/28 and never the block holding the new gateway.
 	for range 15 {
 		if _, err := networks.ClaimBlocks(ctx, "gw", &v1.BlockClaim{NodeName: "node3"}, metav1.CreateOptions{}); err != nil {
 			break
@@ -435,4 +439,129 @@ func TestBlockClaimWritesAMissingGatewayKey(t *testing.T) {
 		}
 	}
 	blkCheck(t, c, etcd, ns, n)
+}
+
+// TestBlockVerifierFixesKeys breaks the block keyspace around the API (a block key removed, an
+// orphan block key, a gateway key removed, keys of a Network that is gone) and waits for the
+// verifier to put it right: afterwards the invariant holds again.
+func TestBlockVerifierFixesKeys(t *testing.T) {
+	s := framework.StartForTest(t, "--allocation-verify-interval=1s")
+	ns := testNamespace(t)
+	ctx := testContext(t)
+	c := jsonClient(t, s)
+	etcd := ovlEtcd(t, s)
+	defer etcd.Close()
+	networks := c.SamplecrdV1().Networks(ns)
+	n, err := networks.Create(ctx, newNetwork("vf", "10.47.0.0/24", ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed *v1.BlockAllocation
+	taken := map[string]bool{}
+	for _, node := range []string{"a", "b"} {
+		if claimed, err = networks.ClaimBlocks(ctx, "vf", &v1.BlockClaim{NodeName: node}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		taken[claimed.Blocks[0].CIDR] = true
+	}
+	// An orphan key where no node holds a block (claims pick at random among the free ones).
+	orphanBlock := "10.47.0.240/28"
+	for _, candidate := range []string{"10.47.0.224/28", "10.47.0.208/28"} {
+		if taken[orphanBlock] {
+			orphanBlock = candidate
+		}
+	}
+	scope := blkBlocksRoot + string(n.UID) + "/4/"
+	hexOf := func(a string) string {
+		b := netip.MustParseAddr(a).As4()
+		return fmt.Sprintf("%02x%02x%02x%02x", b[0], b[1], b[2], b[3])
+	}
+	blockAddr := netip.MustParsePrefix(claimed.Blocks[0].CIDR).Addr().String()
+	orphan := fmt.Sprintf(`{"cidr":%q,"namespace":%q,"name":"vf","uid":%q,"node":"x","role":"block"}`, orphanBlock, ns, n.UID)
+	gone := blkBlocksRoot + "no-such-uid/4/0a2f0000"
+	for _, op := range []clientv3.Op{
+		clientv3.OpDelete(scope + hexOf(blockAddr)),
+		clientv3.OpDelete(scope + hexOf("10.47.0.1")),
+		clientv3.OpPut(scope+hexOf(netip.MustParsePrefix(orphanBlock).Addr().String()), orphan),
+		clientv3.OpPut(gone, `{"cidr":"10.47.0.0/28","namespace":"x","name":"y","uid":"no-such-uid","node":"x","role":"block"}`),
+	} {
+		if _, err := etcd.Do(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		keys := blkKeys(t, etcd, string(n.UID))
+		resp, err := etcd.Get(ctx, gone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) == 3 && len(resp.Kvs) == 0 {
+			break // the gateway and the two blocks, nothing else
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the verifier did not fix the block keys within 30s: %+v (gone key left: %d)", keys, len(resp.Kvs))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	blkCheck(t, c, etcd, ns, n)
+}
+
+// TestBlockClaimsRaceGatewayMoves moves the gateway around while nodes claim blocks: whichever
+// commits first wins, and no block ever ends up holding the gateway.
+func TestBlockClaimsRaceGatewayMoves(t *testing.T) {
+	s := sharedServer(t)
+	ns := testNamespace(t)
+	ctx := testContext(t)
+	c := jsonClient(t, s)
+	etcd := ovlEtcd(t, s)
+	defer etcd.Close()
+	networks := c.SamplecrdV1().Networks(ns)
+	if _, err := networks.Create(ctx, newNetwork("race", "10.48.0.0/24", ""), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := networks.ClaimBlocks(ctx, "race", &v1.BlockClaim{NodeName: fmt.Sprintf("n%d", i%4)}, metav1.CreateOptions{})
+			if err != nil && apierrors.ReasonForError(err) != "AddressesExhausted" {
+				errs <- fmt.Errorf("claim: %w", err)
+			}
+		}()
+	}
+	moved := 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 40 {
+			n, err := networks.Get(ctx, "race", metav1.GetOptions{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			n.Spec.Gateway = fmt.Sprintf("10.48.0.%d", 1+(i*37)%253)
+			switch _, err := networks.Update(ctx, n, metav1.UpdateOptions{}); {
+			case err == nil:
+				moved++
+			case apierrors.IsInvalid(err) && strings.Contains(err.Error(), "is inside block"), apierrors.IsConflict(err):
+			default:
+				errs <- fmt.Errorf("gateway move: %w", err)
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	n, err := networks.Get(ctx, "race", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if blocks := blkCheck(t, c, etcd, ns, n); blocks == 0 || moved == 0 {
+		t.Errorf("%d blocks claimed, %d gateway moves: the race did not happen", blocks, moved)
+	}
 }

@@ -153,32 +153,41 @@ func validateClaim(claim *samplecrd.BlockClaim, network string) field.ErrorList 
 	return errs
 }
 
-// network reads the Network at netKey: its stored state and its CreateRevision (its incarnation).
-func (r *ClaimREST) network(ctx context.Context, netKey, name string) (*samplecrd.Network, int64, netip.Prefix, netip.Addr, error) {
+// storedNetwork is a Network as a claim read it from etcd.
+type storedNetwork struct {
+	*samplecrd.Network
+	// createRevision is its incarnation, modRevision the version read.
+	createRevision, modRevision int64
+	prefix                      netip.Prefix
+	gateway                     netip.Addr
+}
+
+// network reads the Network at netKey.
+func (r *ClaimREST) network(ctx context.Context, netKey, name string) (storedNetwork, error) {
 	kv, err := r.Blocks.Get(ctx, netKey)
 	if err != nil {
-		return nil, 0, netip.Prefix{}, netip.Addr{}, networkstorage.StorageError(err)
+		return storedNetwork{}, networkstorage.StorageError(err)
 	}
 	if kv == nil {
-		return nil, 0, netip.Prefix{}, netip.Addr{}, apierrors.NewNotFound(samplecrd.Resource("networks"), name)
+		return storedNetwork{}, apierrors.NewNotFound(samplecrd.Resource("networks"), name)
 	}
 	n, err := r.Networks.Decode(ctx, kv)
 	if err != nil {
-		return nil, 0, netip.Prefix{}, netip.Addr{}, err
+		return storedNetwork{}, err
 	}
 	if n.DeletionTimestamp != nil {
-		return nil, 0, netip.Prefix{}, netip.Addr{}, apierrors.NewConflict(samplecrd.Resource("networks"), name,
+		return storedNetwork{}, apierrors.NewConflict(samplecrd.Resource("networks"), name,
 			errors.New("the network is being deleted: it gives out no more blocks"))
 	}
 	prefix, err := netip.ParsePrefix(n.Spec.CIDR)
 	if err != nil || prefix.Masked() != prefix {
-		return nil, 0, netip.Prefix{}, netip.Addr{}, apierrors.NewInternalError(fmt.Errorf("stored network %s has no valid spec.cidr %q", name, n.Spec.CIDR))
+		return storedNetwork{}, apierrors.NewInternalError(fmt.Errorf("stored network %s has no valid spec.cidr %q", name, n.Spec.CIDR))
 	}
 	gw, err := netip.ParseAddr(n.Spec.Gateway)
 	if err != nil {
-		return nil, 0, netip.Prefix{}, netip.Addr{}, apierrors.NewInternalError(fmt.Errorf("stored network %s has no valid spec.gateway %q", name, n.Spec.Gateway))
+		return storedNetwork{}, apierrors.NewInternalError(fmt.Errorf("stored network %s has no valid spec.gateway %q", name, n.Spec.Gateway))
 	}
-	return n, kv.CreateRevision, prefix, gw, nil
+	return storedNetwork{Network: n, createRevision: kv.CreateRevision, modRevision: kv.ModRevision, prefix: prefix, gateway: gw}, nil
 }
 
 // incarnation guards a write by the Network's incarnation: probe reads its key, check turns a
@@ -196,7 +205,10 @@ func incarnation(netKey string, createRevision int64) (clientv3.Cmp, clientv3.Op
 
 // ensureGateway writes the Network's gateway key when it has none (Networks created before
 // blocks existed, or by an older replica), so that no block is ever picked over the gateway.
-func (r *ClaimREST) ensureGateway(ctx context.Context, n *samplecrd.Network, netKey string, createRevision int64, prefix netip.Prefix, gw netip.Addr) error {
+// The write is guarded by the Network's ModRevision as read: a gateway moved meanwhile must not
+// get its old key back.
+func (r *ClaimREST) ensureGateway(ctx context.Context, sn storedNetwork, netKey string) error {
+	n, prefix, gw := sn.Network, sn.prefix, sn.gateway
 	al, ok := allocator.GatewayOf(n)
 	if !ok {
 		return apierrors.NewInternalError(fmt.Errorf("stored network %s has no valid gateway %q in %s", n.Name, gw, prefix))
@@ -211,9 +223,14 @@ func (r *ClaimREST) ensureGateway(ctx context.Context, n *samplecrd.Network, net
 		}
 		return apierrors.NewConflict(samplecrd.Resource("networks"), n.Name, fmt.Errorf("the gateway %s is inside a block; change spec.gateway", gw))
 	}
-	cmp, probe, check := incarnation(netKey, createRevision)
-	_, err = r.Blocks.Write(ctx, al, []clientv3.Cmp{cmp}, []clientv3.Op{probe},
-		func(rs []*etcdserverpb.ResponseOp) error { return check(rs[0]) })
+	_, err = r.Blocks.Write(ctx, al, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(netKey), "=", sn.modRevision)},
+		[]clientv3.Op{clientv3.OpGet(netKey, clientv3.WithKeysOnly())},
+		func(rs []*etcdserverpb.ResponseOp) error {
+			if kvs := rs[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].ModRevision != sn.modRevision {
+				return errNetworkChanged
+			}
+			return nil
+		})
 	var overlap *allocator.OverlapError
 	switch {
 	case errors.As(err, &overlap) && overlap.Other.Role == allocator.RoleGateway:
@@ -228,12 +245,13 @@ func (r *ClaimREST) ensureGateway(ctx context.Context, n *samplecrd.Network, net
 }
 
 func (r *ClaimREST) claimOnce(ctx context.Context, ns, name, netKey, objName, objKey, node string, dryRun bool) (runtime.Object, error) {
-	n, createRevision, prefix, gw, err := r.network(ctx, netKey, name)
+	sn, err := r.network(ctx, netKey, name)
 	if err != nil {
 		return nil, err
 	}
+	n, createRevision, prefix := sn.Network, sn.createRevision, sn.prefix
 	if !dryRun {
-		if err := r.ensureGateway(ctx, n, netKey, createRevision, prefix, gw); err != nil {
+		if err := r.ensureGateway(ctx, sn, netKey); err != nil {
 			return nil, err
 		}
 	}
