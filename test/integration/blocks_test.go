@@ -565,3 +565,44 @@ func TestBlockClaimsRaceGatewayMoves(t *testing.T) {
 		t.Errorf("%d blocks claimed, %d gateway moves: the race did not happen", blocks, moved)
 	}
 }
+
+// TestBlockClaimsTwoReplicas: 200 claims for 8 nodes at once, spread over two replicas of the
+// server on one etcd: every claim gets a block, and the blocks never overlap.
+func TestBlockClaimsTwoReplicas(t *testing.T) {
+	s1 := sharedServer(t)
+	s2 := framework.StartForTest(t, append(s1.EtcdFlags(), "--overlap-scope=namespace")...)
+	ns := testNamespace(t)
+	ctx := testContext(t)
+	c1, c2 := protobufClient(t, s1), jsonClient(t, s2)
+	etcd := ovlEtcd(t, s1)
+	defer etcd.Close()
+	// A /16 holds 1024 /26 blocks: enough for every claim.
+	n, err := c1.SamplecrdV1().Networks(ns).Create(ctx, newNetwork("two", "10.49.0.0/16", ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const claims, nodes = 200, 8
+	var wg sync.WaitGroup
+	errs := make(chan error, claims)
+	for i := range claims {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := c1
+			if i%2 == 1 {
+				c = c2
+			}
+			if _, err := c.SamplecrdV1().Networks(ns).ClaimBlocks(ctx, "two", &v1.BlockClaim{NodeName: fmt.Sprintf("node-%d", i%nodes)}, metav1.CreateOptions{}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("claim: %v", err)
+	}
+	if got := blkCheck(t, c1, etcd, ns, n); got != claims {
+		t.Errorf("%d blocks after %d claims", got, claims)
+	}
+}
