@@ -84,6 +84,7 @@ func (c CompletedConfig) New() (*Server, error) {
 			return nil, fmt.Errorf("creating blockallocation storage: %w", err)
 		}
 		allocations.Blocks, allocations.BlockObjects = c.extra.Blocks, blockAllocations.Etcd.KeyPrefix()
+		allocations.NodeBlocks = blockAllocations.NodeBlocks
 	}
 	storage, err := networkstorage.NewStorage(Scheme, c.generic.RESTOptionsGetter, allocations)
 	if err != nil {

@@ -58,6 +58,23 @@ func TestV1beta1StatusWritesKeepSegmentFields(t *testing.T) {
 		t.Fatalf("v1beta1 spec.defaultRoute: %v", obj.Object["spec"])
 	}
 
+	// status.nodes[].blocks must be blocks the node holds: claim them first.
+	claim := func(node string, count int) []string {
+		var b *v1.BlockAllocation
+		for range count {
+			var err error
+			if b, err = networks.ClaimBlocks(ctx, "seg", &v1.BlockClaim{NodeName: node}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out []string
+		for _, blk := range b.Blocks {
+			out = append(out, blk.CIDR)
+		}
+		return out
+	}
+	n1Blocks, n2Blocks := claim("n1", 1), claim("n2", 2)
+
 	entry := func(node, underlay string, blocks []string, leases int32) map[string]any {
 		bl := make([]any, len(blocks))
 		for i, b := range blocks {
@@ -93,30 +110,30 @@ func TestV1beta1StatusWritesKeepSegmentFields(t *testing.T) {
 	}
 
 	// PUT of the whole object to networks/status through v1beta1.
-	obj.Object["status"] = map[string]any{"vni": int64(99), "nodes": []any{entry("n1", "192.168.77.1", []string{"10.23.0.64/26"}, 0)}}
+	obj.Object["status"] = map[string]any{"vni": int64(99), "nodes": []any{entry("n1", "192.168.77.1", n1Blocks, 0)}}
 	if _, err := beta.UpdateStatus(ctx, obj, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("v1beta1 status PUT: %v", err)
 	}
-	check("PUT", map[string]v1.NetworkNodeStatus{"n1": v1Entry("n1", "192.168.77.1", []string{"10.23.0.64/26"}, 0)})
+	check("PUT", map[string]v1.NetworkNodeStatus{"n1": v1Entry("n1", "192.168.77.1", n1Blocks, 0)})
 
 	// A merge patch that changes only the lease count keeps the rest of the entry.
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"nodes": []any{entry("n1", "192.168.77.1", []string{"10.23.0.64/26"}, 3)}}})
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"nodes": []any{entry("n1", "192.168.77.1", n1Blocks, 3)}}})
 	if _, err := beta.Patch(ctx, "seg", types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatalf("v1beta1 status merge patch: %v", err)
 	}
-	check("merge patch", map[string]v1.NetworkNodeStatus{"n1": v1Entry("n1", "192.168.77.1", []string{"10.23.0.64/26"}, 3)})
+	check("merge patch", map[string]v1.NetworkNodeStatus{"n1": v1Entry("n1", "192.168.77.1", n1Blocks, 3)})
 
 	// A server-side apply of a second node's entry, as that node's field manager.
 	apply, _ := json.Marshal(map[string]any{"apiVersion": "samplecrd.k8s.io/v1beta1", "kind": "Network",
 		"metadata": map[string]any{"name": "seg"},
-		"status":   map[string]any{"nodes": []any{entry("n2", "fd00:77::2", []string{"10.23.0.128/26", "10.23.0.32/27"}, 0)}}})
+		"status":   map[string]any{"nodes": []any{entry("n2", "fd00:77::2", n2Blocks, 0)}}})
 	_, err = beta.Patch(ctx, "seg", types.ApplyPatchType, apply, metav1.PatchOptions{FieldManager: "network-segment/n2"}, "status")
 	if err != nil {
 		t.Fatalf("v1beta1 status apply: %v", err)
 	}
 	check("apply", map[string]v1.NetworkNodeStatus{
-		"n1": v1Entry("n1", "192.168.77.1", []string{"10.23.0.64/26"}, 3),
-		"n2": v1Entry("n2", "fd00:77::2", []string{"10.23.0.128/26", "10.23.0.32/27"}, 0),
+		"n1": v1Entry("n1", "192.168.77.1", n1Blocks, 3),
+		"n2": v1Entry("n2", "fd00:77::2", n2Blocks, 0),
 	})
 
 	// No client sets status.vni, through either version.
@@ -126,6 +143,13 @@ func TestV1beta1StatusWritesKeepSegmentFields(t *testing.T) {
 	}
 	if got.Status.VNI != 0 {
 		t.Errorf("a client's status write set status.vni to %d", got.Status.VNI)
+	}
+
+	// A block the node does not hold is refused, naming the entry's field.
+	notHeld, _ := json.Marshal(map[string]any{"status": map[string]any{"nodes": []any{entry("n1", "192.168.77.1", n2Blocks[:1], 0)}}})
+	_, err = beta.Patch(ctx, "seg", types.MergePatchType, notHeld, metav1.PatchOptions{}, "status")
+	if err == nil || !strings.Contains(err.Error(), "status.nodes[0].blocks[0]") || !strings.Contains(err.Error(), "is not a block of node n1") {
+		t.Errorf("block of another node: %v", err)
 	}
 
 	// A block outside spec.cidr is refused with the field path.

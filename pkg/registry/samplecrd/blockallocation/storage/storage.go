@@ -22,11 +22,13 @@ package storage
 import (
 	"context"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -138,4 +140,17 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 // ConvertToTable prints BlockAllocations for kubectl.
 func (r *REST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
 	return r.store.ConvertToTable(ctx, object, tableOptions)
+}
+
+// NodeBlocks reads the BlockAllocation of node for the Network namespace/network from etcd (a
+// status write that lists a block just claimed must see it), nil when there is none.
+func (r *REST) NodeBlocks(ctx context.Context, namespace, network, node string) (*samplecrd.BlockAllocation, error) {
+	obj, err := r.store.Get(genericapirequest.WithNamespace(ctx, namespace), blockallocation.Name(network, node), &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*samplecrd.BlockAllocation), nil
 }

@@ -30,6 +30,9 @@ type Allocations struct {
 	// etcd prefix of BlockAllocations, ending in "/"), each in the Network's own transaction.
 	Blocks       *allocator.Allocator
 	BlockObjects string
+	// NodeBlocks reads a node's BlockAllocation of a Network for the check of status writes
+	// (nil: no check).
+	NodeBlocks NodeBlocksFunc
 }
 
 // maxCreateAttempts bounds how often a create runs again after a concurrent create took first
