@@ -31,6 +31,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
@@ -316,6 +317,23 @@ func TestBlockClaimBadInput(t *testing.T) {
 		if !tc.check(err) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("claim %+v on %s: %v, want an error containing %q", tc.claim, tc.network, err, tc.want)
 		}
+	}
+
+	// A Network being deleted (held by a finalizer) gives out no more blocks.
+	held := newNetwork("held", "10.43.1.0/24", "")
+	held.Finalizers = []string{"example.com/hold"}
+	if _, err := networks.Create(ctx, held, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := networks.Delete(ctx, "held", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := networks.ClaimBlocks(ctx, "held", &v1.BlockClaim{NodeName: "n1"}, metav1.CreateOptions{})
+	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "being deleted") {
+		t.Errorf("claim on a Network being deleted: %v, want a 409", err)
+	}
+	if _, err := networks.Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
