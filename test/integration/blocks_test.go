@@ -360,10 +360,12 @@ func TestBlockGatewayMove(t *testing.T) {
 	inside := block.Addr().Next().Next().String()
 
 	n.Spec.Gateway = inside
-	_, err = networks.Update(ctx, n, metav1.UpdateOptions{})
 	want := fmt.Sprintf("spec.gateway: Invalid value: %q: %s is inside block %s of node node2", inside, inside, block)
-	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
-		t.Fatalf("gateway moved into a block: %v, want a 422 containing %q", err, want)
+	for _, dryRun := range [][]string{{metav1.DryRunAll}, nil} {
+		_, err = networks.Update(ctx, n, metav1.UpdateOptions{DryRun: dryRun})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("gateway moved into a block (dry run %v): %v, want a 422 containing %q", dryRun, err, want)
+		}
 	}
 
 	// Move it to a free address: the key moves along, in the Network's own write.

@@ -153,3 +153,21 @@ func (s *allocatingStore) moveGateway(ctx context.Context, key string, move *gat
 	}
 	return s.etcd.decoder.Decode(data, destination, rev)
 }
+
+// checkGateway reports, without writing, whether n's gateway is inside one of its blocks (for dry
+// runs): nil, or the 422 the update would answer.
+func (a *Allocations) checkGateway(ctx context.Context, n *samplecrd.Network) error {
+	gw, ok := allocator.GatewayOf(n)
+	if a.Blocks == nil || !ok {
+		return nil // no blocks, or a gateway validation refuses (or the strategy defaults)
+	}
+	var overlap *allocator.OverlapError
+	switch err := a.Blocks.Check(ctx, gw); {
+	case errors.As(err, &overlap) && overlap.Other.Role == allocator.RoleBlock:
+		return invalid(n.Name, field.Invalid(field.NewPath("spec", "gateway"), n.Spec.Gateway,
+			fmt.Sprintf("%s is inside block %s of node %s", n.Spec.Gateway, overlap.Other.Prefix, overlap.Other.Node)))
+	case err != nil && !errors.As(err, &overlap):
+		return storageError(err)
+	}
+	return nil
+}

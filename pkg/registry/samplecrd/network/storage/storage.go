@@ -160,7 +160,12 @@ func (i *creatingObjectInfo) UpdatedObject(ctx context.Context, oldObj runtime.O
 	}
 	n, ok := obj.(*samplecrd.Network)
 	if old, isNetwork := oldObj.(*samplecrd.Network); !ok || !isNetwork || old.ResourceVersion != "" {
-		return obj, nil // an update: spec.cidr is immutable, nothing to allocate
+		// An update: spec.cidr is immutable, nothing to allocate. A dry run never reaches the
+		// transaction that moves the gateway key, so it checks the new gateway against the blocks.
+		if ok && isNetwork && i.dryRun && n.Spec.Gateway != old.Spec.Gateway {
+			return obj, i.allocations.checkGateway(ctx, n)
+		}
+		return obj, nil
 	}
 	picked, err := i.allocations.prepare(ctx, n, n.Name, i.attempt, i.dryRun)
 	if err != nil {
