@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -32,6 +33,7 @@ import (
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1beta1"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver/fastjson"
+	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator/repair"
 	networkstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/storage"
@@ -53,6 +55,11 @@ type ExtraConfig struct {
 	Scoping   allocator.Scoping
 	// Pools are where prefixes for spec.prefixLength come from, tried in order.
 	Pools []netip.Prefix
+	// Blocks keeps the nodes' address blocks of each Network (scope = Network UID) from
+	// overlapping one another and the gateway; nil serves no blockallocations and no claims.
+	Blocks *allocator.Allocator
+	// BlockSizes are the sizes claims hand out.
+	BlockSizes blockstorage.BlockSizes
 	// VerifyInterval is how often the allocation invariant is verified (and what is safe to fix,
 	// fixed), starting right after the server starts.
 	VerifyInterval time.Duration
@@ -86,8 +93,16 @@ func (c CompletedConfig) New() (*Server, error) {
 	if c.extra.Allocator == nil {
 		return nil, fmt.Errorf("creating network storage: no allocator")
 	}
-	storage, err := networkstorage.NewStorage(Scheme, c.generic.RESTOptionsGetter,
-		&networkstorage.Allocations{Allocator: c.extra.Allocator, Scoping: c.extra.Scoping, Pools: c.extra.Pools})
+	allocations := &networkstorage.Allocations{Allocator: c.extra.Allocator, Scoping: c.extra.Scoping, Pools: c.extra.Pools}
+	var blockAllocations *blockstorage.REST
+	if c.extra.Blocks != nil {
+		if blockAllocations, err = blockstorage.NewREST(Scheme, c.generic.RESTOptionsGetter); err != nil {
+			return nil, fmt.Errorf("creating blockallocation storage: %w", err)
+		}
+		allocations.Blocks, allocations.BlockObjects = c.extra.Blocks, blockAllocations.Etcd.KeyPrefix()
+		allocations.NodeBlocks = blockAllocations.NodeBlocks
+	}
+	storage, err := networkstorage.NewStorage(Scheme, c.generic.RESTOptionsGetter, allocations)
 	if err != nil {
 		return nil, fmt.Errorf("creating network storage: %w", err)
 	}
@@ -100,6 +115,17 @@ func (c CompletedConfig) New() (*Server, error) {
 		"networks":        storage.Network,
 		"networks/status": storage.Status,
 	}
+	if blockAllocations != nil {
+		// Served in v1 only: a new resource has no reason to appear in the deprecated v1beta1,
+		// and agents (its only writers, through blockclaims) speak v1.
+		sizes := c.extra.BlockSizes
+		if sizes == (blockstorage.BlockSizes{}) {
+			sizes = blockstorage.DefaultBlockSizes
+		}
+		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["blockallocations"] = blockAllocations
+		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["networks/blockclaims"] = &blockstorage.ClaimREST{
+			Blocks: c.extra.Blocks, Networks: storage.Etcd, Objects: blockAllocations.Etcd, Sizes: sizes}
+	}
 	group.VersionedResourcesStorageMap[v1beta1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"networks":        &v1beta1Networks{storage.Network},
 		"networks/status": storage.Status,
@@ -111,6 +137,14 @@ func (c CompletedConfig) New() (*Server, error) {
 	// wait for the repair; it reports (and where safe fixes) what data written around the API, or
 	// by older versions of this server, broke.
 	verifier := repair.New(c.extra.Allocator, c.extra.Scoping, storage.Etcd.KeyPrefix(), storage.Etcd.Decode)
+	if blockAllocations != nil {
+		// The blocks too: keys against BlockAllocations, gateways, Networks that are gone.
+		verifier.WithBlocks(c.extra.Blocks, blockAllocations.Etcd.KeyPrefix(),
+			func(ctx context.Context, kv *mvccpb.KeyValue) (*samplecrd.BlockAllocation, error) {
+				b := &samplecrd.BlockAllocation{}
+				return b, blockAllocations.Etcd.DecodeInto(ctx, kv, b)
+			})
+	}
 	generic.AddPostStartHookOrDie("verify-network-allocations", func(hook genericapiserver.PostStartHookContext) error {
 		go verifier.Run(hook, c.extra.VerifyInterval)
 		return nil

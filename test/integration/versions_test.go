@@ -221,8 +221,22 @@ func TestDiscovery(t *testing.T) {
 			for _, r := range list.APIResources {
 				byName[r.Name] = r
 			}
-			if len(byName) != 2 {
-				t.Fatalf("resources %v, want networks and networks/status", list.APIResources)
+			// blockallocations and networks/blockclaims are served in v1 only (issue 23).
+			want := 2
+			if version == "v1" {
+				want = 4
+				blk, claims := byName["blockallocations"], byName["networks/blockclaims"]
+				verbs := slices.Sorted(slices.Values(blk.Verbs))
+				if !blk.Namespaced || blk.Kind != "BlockAllocation" || !slices.Equal(verbs, []string{"get", "list", "watch"}) ||
+					!slices.Equal(blk.ShortNames, []string{"blk"}) {
+					t.Fatalf("blockallocations resource %+v, want namespaced, read-only, short name blk", blk)
+				}
+				if !claims.Namespaced || claims.Kind != "BlockClaim" || !slices.Equal(claims.Verbs, metav1.Verbs{"create"}) {
+					t.Fatalf("networks/blockclaims resource %+v, want create only", claims)
+				}
+			}
+			if len(byName) != want {
+				t.Fatalf("resources %v, want %d", list.APIResources, want)
 			}
 			networks, ok := byName["networks"]
 			if !ok {

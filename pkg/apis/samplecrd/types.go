@@ -38,6 +38,10 @@ type NetworkSpec struct {
 	// PrefixLength asks for a free prefix of this length from the server's pools when CIDR is
 	// empty; when CIDR is set it must match CIDR's length (v1 and v1beta1 spec.prefixLength).
 	PrefixLength int32
+	// NodeSelector selects the nodes the Network is realised on; nil selects every node.
+	NodeSelector *metav1.LabelSelector
+	// DefaultRoute makes the pods' default route go through the gateway (nil: false).
+	DefaultRoute *bool
 }
 
 // NetworkStatus is the observed state of a Network.
@@ -49,6 +53,8 @@ type NetworkStatus struct {
 	// Nodes holds one entry per node whose controller realises the Network, each written by
 	// that node's controller alone (server-side apply, one field manager per node).
 	Nodes []NetworkNodeStatus
+	// VNI is the Network's VXLAN segment, assigned by the server (0: none yet). No client sets it.
+	VNI int32
 }
 
 // NetworkNodeStatus is one node's report on a Network.
@@ -60,7 +66,29 @@ type NetworkNodeStatus struct {
 	Message            string
 	ObservedGeneration int64
 	Attachments        int32
+	// UnderlayAddress is the node's address on the underlay network (VXLAN peers).
+	UnderlayAddress string
+	// VXLAN is the name of the Network's VXLAN device on the node.
+	VXLAN string
+	// Blocks are the address blocks the node's CNI configuration holds: a subset of the node's
+	// BlockAllocation.
+	Blocks []string
+	// MTU is the MTU of the Network's bridge, VXLAN device and pods on the node.
+	MTU int32
+	// IPAMMode says how the node's CNI configuration hands out addresses (IPAMModeBlocks or
+	// IPAMModeLegacy).
+	IPAMMode string
+	// Leases is the number of addresses leased on the node; nil is unknown, never zero.
+	Leases *int32
 }
+
+// IPAM modes of a node entry.
+const (
+	// IPAMModeBlocks: the node hands out addresses from its blocks only.
+	IPAMModeBlocks = "Blocks"
+	// IPAMModeLegacy: the node hands out addresses from the whole prefix (before blocks).
+	IPAMModeLegacy = "Legacy"
+)
 
 // ConditionReady is the condition type that says whether the Network is realised.
 const ConditionReady = "Ready"
@@ -73,4 +101,63 @@ type NetworkList struct {
 	metav1.ListMeta
 
 	Items []Network
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// BlockAllocation lists the address blocks of one Network held by one node. The server alone
+// writes it (through networks/blockclaims); its name is <network>.<node>.
+type BlockAllocation struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	// Network is the name of the Network, in the same namespace.
+	Network string
+	// NetworkUID is the UID of the Network incarnation the blocks belong to.
+	NetworkUID string
+	// NodeName is the node that holds the blocks.
+	NodeName string
+	// Blocks are the node's blocks, in claim order.
+	Blocks []Block
+}
+
+// Block is one address block of a node.
+type Block struct {
+	// CIDR is the block's prefix, inside the Network's.
+	CIDR string
+	// ClaimedAt is when the node claimed it.
+	ClaimedAt metav1.Time
+	// Origin says why the block was given (BlockOriginClaimed or BlockOriginCoversLeases).
+	Origin string
+}
+
+// Origins of a block.
+const (
+	// BlockOriginClaimed: a fresh block picked by the server.
+	BlockOriginClaimed = "Claimed"
+	// BlockOriginCoversLeases: a block covering addresses the node leased before blocks existed.
+	BlockOriginCoversLeases = "CoversLeases"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// BlockAllocationList is a list of BlockAllocations.
+type BlockAllocationList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+
+	Items []BlockAllocation
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// BlockClaim asks the server for a block of a Network for a node (networks/blockclaims).
+type BlockClaim struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	// NodeName is the node that claims a block.
+	NodeName string
+	// Cover are addresses the node leased before it had blocks, which its blocks must cover.
+	Cover []string
 }

@@ -122,6 +122,19 @@ func AppendNetwork(b []byte, n *v1.Network) ([]byte, error) {
 		f.key("prefixLength")
 		f.b = strconv.AppendInt(f.b, int64(n.Spec.PrefixLength), 10)
 	}
+	if n.Spec.NodeSelector != nil {
+		// Rare and nested: encoding/json writes it.
+		sel, err := json.Marshal(n.Spec.NodeSelector)
+		if err != nil {
+			return nil, err
+		}
+		f.key("nodeSelector")
+		f.b = append(f.b, sel...)
+	}
+	if n.Spec.DefaultRoute != nil {
+		f.key("defaultRoute")
+		f.b = strconv.AppendBool(f.b, *n.Spec.DefaultRoute)
+	}
 	b = append(f.b, `},"status":`...)
 	b = appendStatus(b, &n.Status)
 	return append(b, '}'), nil
@@ -315,6 +328,10 @@ func appendStatus(b []byte, s *v1.NetworkStatus) []byte {
 	if len(s.Nodes) > 0 {
 		list(&f, "nodes", s.Nodes, appendNode)
 	}
+	if s.VNI != 0 {
+		f.key("vni")
+		f.b = strconv.AppendInt(f.b, int64(s.VNI), 10)
+	}
 	return append(f.b, '}')
 }
 
@@ -361,7 +378,22 @@ func appendNode(b []byte, n *v1.NetworkNodeStatus) []byte {
 		b = append(b, `,"attachments":`...)
 		b = strconv.AppendInt(b, int64(n.Attachments), 10)
 	}
-	return append(b, '}')
+	f := fields{b: b, some: true}
+	f.str("underlayAddress", n.UnderlayAddress)
+	f.str("vxlan", n.VXLAN)
+	if len(n.Blocks) > 0 {
+		list(&f, "blocks", n.Blocks, appendStringItem)
+	}
+	if n.MTU != 0 {
+		f.key("mtu")
+		f.b = strconv.AppendInt(f.b, int64(n.MTU), 10)
+	}
+	f.str("ipamMode", n.IPAMMode)
+	if n.Leases != nil {
+		f.key("leases")
+		f.b = strconv.AppendInt(f.b, int64(*n.Leases), 10)
+	}
+	return append(f.b, '}')
 }
 
 // appendTime writes t as metav1.Time's MarshalJSON does: null when zero, else RFC 3339 in UTC.

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 
 	"github.com/samplecrd/network-apiserver/pkg/apiserver"
+	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 )
 
@@ -92,5 +93,10 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 		Scoping:        allocator.Scoping{PerNamespace: o.OverlapScope == OverlapScopeNamespace},
 		Pools:          pools,
 		VerifyInterval: o.AllocationVerifyInterval,
+		// A sibling of allocations/, never under it: the repair of allocations removes every
+		// key there that no Network owns.
+		Blocks: allocator.New(client, storage.Prefix+"/blocks"),
+		BlockSizes: blockstorage.BlockSizes{IPv4: o.BlockPrefixLengthV4, IPv6: o.BlockPrefixLengthV6,
+			MaxPerNode: o.MaxBlocksPerNode},
 	}, client, nil
 }

@@ -47,6 +47,7 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
 	"github.com/samplecrd/network-apiserver/pkg/embeddedetcd"
 	generatedopenapi "github.com/samplecrd/network-apiserver/pkg/generated/openapi"
+	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
 	"github.com/samplecrd/network-apiserver/pkg/standaloneauth"
 )
 
@@ -69,6 +70,9 @@ type Options struct {
 	NetworkPools []string
 	// AllocationVerifyInterval is how often the allocation invariant is verified.
 	AllocationVerifyInterval time.Duration
+	// BlockPrefixLengthV4 and V6 are the preferred sizes of the nodes' address blocks, and
+	// MaxBlocksPerNode caps the blocks a node holds in one Network.
+	BlockPrefixLengthV4, BlockPrefixLengthV6, MaxBlocksPerNode int
 	// Controller configures the bundled Network controller.
 	Controller *agent.ControllerOptions
 	// NodeLifecycle runs the node lifecycle loop in attached mode (pkg/controller/nodelifecycle).
@@ -101,6 +105,9 @@ func NewOptions(out io.Writer) *Options {
 		OverlapScope:             OverlapScopeCluster,
 		NetworkPools:             append([]string(nil), DefaultNetworkPools...),
 		AllocationVerifyInterval: 10 * time.Minute,
+		BlockPrefixLengthV4:      blockstorage.DefaultBlockSizes.IPv4,
+		BlockPrefixLengthV6:      blockstorage.DefaultBlockSizes.IPv6,
+		MaxBlocksPerNode:         blockstorage.DefaultBlockSizes.MaxPerNode,
 		Out:                      out,
 	}
 	// Cache snapshots answer paged LISTs and LISTs at an older resourceVersion from the watch
@@ -146,6 +153,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.AllocationVerifyInterval, "allocation-verify-interval", o.AllocationVerifyInterval,
 		"How often the server checks that the allocations in etcd are exactly the stored Networks and that none overlap, "+
 			"reporting every violation in its log and metrics and fixing what is safe; also once at start.")
+	fs.IntVar(&o.BlockPrefixLengthV4, "block-prefix-length-v4", o.BlockPrefixLengthV4,
+		"Preferred prefix length of the IPv4 address blocks nodes claim; per Network it is adapted so that the prefix holds at least 16 blocks (at most /30).")
+	fs.IntVar(&o.BlockPrefixLengthV6, "block-prefix-length-v6", o.BlockPrefixLengthV6,
+		"Preferred prefix length of the IPv6 address blocks nodes claim; adapted per Network like the IPv4 one (at most /126).")
+	fs.IntVar(&o.MaxBlocksPerNode, "max-blocks-per-node", o.MaxBlocksPerNode,
+		"Most address blocks one node may hold in one Network.")
 	fs.StringSliceVar(&o.NetworkPools, "network-pool", o.NetworkPools,
 		"Prefix from which Networks with spec.prefixLength and no spec.cidr get theirs; repeatable, IPv4 and IPv6, tried in order.")
 }
@@ -221,6 +234,16 @@ func (o *Options) Validate() error {
 	}
 	if _, err := parsePools(o.NetworkPools); err != nil {
 		errs = append(errs, err)
+	}
+	if o.BlockPrefixLengthV4 < 1 || o.BlockPrefixLengthV4 > 32 {
+		errs = append(errs, fmt.Errorf("--block-prefix-length-v4 %d must be between 1 and 32", o.BlockPrefixLengthV4))
+	}
+	if o.BlockPrefixLengthV6 < 1 || o.BlockPrefixLengthV6 > 128 {
+		errs = append(errs, fmt.Errorf("--block-prefix-length-v6 %d must be between 1 and 128", o.BlockPrefixLengthV6))
+	}
+	if o.MaxBlocksPerNode < 1 || o.MaxBlocksPerNode > 64 {
+		// A release deletes every block of a node in one transaction: within etcd's default --max-txn-ops of 128.
+		errs = append(errs, fmt.Errorf("--max-blocks-per-node %d must be between 1 and 64", o.MaxBlocksPerNode))
 	}
 	if o.AllocationVerifyInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--allocation-verify-interval must be positive"))

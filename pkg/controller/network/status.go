@@ -20,6 +20,8 @@ import (
 	"context"
 	"fmt"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
@@ -48,7 +50,7 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 	case node.why != "":
 		entry = nodestatus.MarkNodeNotReady(entry, node.why)
 	}
-	if current := nodestatus.FindEntry(n, c.opts.NodeName); current != nil && *current == entry {
+	if current := nodestatus.FindEntry(n, c.opts.NodeName); current != nil && apiequality.Semantic.DeepEqual(*current, entry) {
 		return n, nil
 	}
 	if failure != nil && netbackend.ReasonOf(failure) != ReasonTerminating {

@@ -45,6 +45,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -239,7 +240,7 @@ func (c *Controller) sync(ctx context.Context, n *v1.Network) error {
 		default:
 			ready, why := nodestatus.NodeReadiness(node)
 			want := nodestatus.MarkNodeNotReady(entry, why)
-			if ready || want == entry {
+			if ready || apiequality.Semantic.DeepEqual(want, entry) {
 				continue
 			}
 			if updated, err = nodestatus.ApplyNodeEntry(ctx, c.client, current, want, current.ResourceVersion); err != nil {

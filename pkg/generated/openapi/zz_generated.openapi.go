@@ -35,6 +35,10 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		v1.Block{}.OpenAPIModelName():                         schema_pkg_apis_samplecrd_v1_Block(ref),
+		v1.BlockAllocation{}.OpenAPIModelName():               schema_pkg_apis_samplecrd_v1_BlockAllocation(ref),
+		v1.BlockAllocationList{}.OpenAPIModelName():           schema_pkg_apis_samplecrd_v1_BlockAllocationList(ref),
+		v1.BlockClaim{}.OpenAPIModelName():                    schema_pkg_apis_samplecrd_v1_BlockClaim(ref),
 		v1.Network{}.OpenAPIModelName():                       schema_pkg_apis_samplecrd_v1_Network(ref),
 		v1.NetworkList{}.OpenAPIModelName():                   schema_pkg_apis_samplecrd_v1_NetworkList(ref),
 		v1.NetworkNodeStatus{}.OpenAPIModelName():             schema_pkg_apis_samplecrd_v1_NetworkNodeStatus(ref),
@@ -101,6 +105,236 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		runtime.Unknown{}.OpenAPIModelName():                  schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
 		intstr.IntOrString{}.OpenAPIModelName():               schema_apimachinery_pkg_util_intstr_IntOrString(ref),
 		version.Info{}.OpenAPIModelName():                     schema_k8sio_apimachinery_pkg_version_Info(ref),
+	}
+}
+
+func schema_pkg_apis_samplecrd_v1_Block(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "Block is one address block of a node.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"cidr": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CIDR is the block, a prefix inside the Network's spec.cidr.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"claimedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ClaimedAt is when the block was given to the node.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"origin": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Origin is why the block was given: \"Claimed\" (a free block the server picked) or \"CoversLeases\" (a block around addresses the node leased before it had blocks).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"cidr"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_samplecrd_v1_BlockAllocation(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BlockAllocation lists the address blocks of one Network that one node holds; the node hands out pod addresses from them. There is one per Network and node, named <network>.<node>. Only the server writes it: a node claims blocks through networks/{name}/blockclaims, and the server releases them. Create, update, patch and delete answer 405 Method Not Allowed.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"network": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Network is the name of the Network (in the same namespace) the blocks belong to.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"networkUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NetworkUID is the UID of that Network: a Network deleted and created again is another one.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"nodeName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodeName is the node holding the blocks.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"blocks": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Blocks are the node's blocks, in the order they were claimed. No two blocks of a Network overlap, and none contains the Network's gateway.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.Block{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"network", "networkUID", "nodeName"},
+			},
+		},
+		Dependencies: []string{
+			v1.Block{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_samplecrd_v1_BlockAllocationList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BlockAllocationList is a list of BlockAllocations.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Items is the list of BlockAllocations.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.BlockAllocation{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1.BlockAllocation{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_samplecrd_v1_BlockClaim(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "BlockClaim is what a node posts to networks/{name}/blockclaims to be given a block of the Network; the answer is the node's BlockAllocation after the claim.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata; metadata.name, when set, must be the Network's name.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"nodeName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodeName is the node that claims a block.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"cover": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Cover are addresses the node leased before it had blocks; its blocks are chosen to contain them. Used once, when a node moves from the whole prefix to blocks.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"nodeName"},
+			},
+		},
+		Dependencies: []string{
+			metav1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -262,6 +496,60 @@ func schema_pkg_apis_samplecrd_v1_NetworkNodeStatus(ref common.ReferenceCallback
 							Format:      "int32",
 						},
 					},
+					"underlayAddress": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UnderlayAddress is the node's address on the network between nodes, where its VXLAN peers send the Network's segment.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"vxlan": {
+						SchemaProps: spec.SchemaProps{
+							Description: "VXLAN is the name of the Network's VXLAN device on the node.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"blocks": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Blocks are the address blocks the node's CNI configuration hands out addresses from: a subset of the blocks of the node's BlockAllocation, inside spec.cidr.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"mtu": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MTU is the MTU of the Network's bridge, VXLAN device and pods on the node.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"ipamMode": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IPAMMode is how the node hands out addresses: \"Blocks\" (from its blocks only) or \"Legacy\" (from the whole prefix, before the node had blocks).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"leases": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Leases is the number of addresses leased to pods on the node. Absent means unknown, never zero.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 				Required: []string{"nodeName", "ready"},
 			},
@@ -297,9 +585,24 @@ func schema_pkg_apis_samplecrd_v1_NetworkSpec(ref common.ReferenceCallback) comm
 							Format:      "int32",
 						},
 					},
+					"nodeSelector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodeSelector selects the nodes the Network is realised on, by their labels; nil or empty selects every node. Mutable: a node that stops being selected drains and gives back its blocks once its pods are gone.",
+							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+					"defaultRoute": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DefaultRoute, when true, gives pods a default route through the gateway. Defaults to false: pods reach only the Network's prefix through it.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},
+		Dependencies: []string{
+			metav1.LabelSelector{}.OpenAPIModelName()},
 	}
 }
 
@@ -361,6 +664,13 @@ func schema_pkg_apis_samplecrd_v1_NetworkStatus(ref common.ReferenceCallback) co
 									},
 								},
 							},
+						},
+					},
+					"vni": {
+						SchemaProps: spec.SchemaProps{
+							Description: "VNI is the VXLAN network identifier of the Network's segment, unique in the cluster and assigned by the server (0: not yet). Clients cannot set it.",
+							Type:        []string{"integer"},
+							Format:      "int32",
 						},
 					},
 				},
@@ -529,6 +839,60 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkNodeStatus(ref common.ReferenceCal
 							Format:      "int32",
 						},
 					},
+					"underlayAddress": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UnderlayAddress is the node's address on the network between nodes, where its VXLAN peers send the Network's segment.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"vxlan": {
+						SchemaProps: spec.SchemaProps{
+							Description: "VXLAN is the name of the Network's VXLAN device on the node.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"blocks": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Blocks are the address blocks the node's CNI configuration hands out addresses from: a subset of the blocks of the node's BlockAllocation, inside spec.cidr.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"mtu": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MTU is the MTU of the Network's bridge, VXLAN device and pods on the node.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"ipamMode": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IPAMMode is how the node hands out addresses: \"Blocks\" (from its blocks only) or \"Legacy\" (from the whole prefix, before the node had blocks).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"leases": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Leases is the number of addresses leased to pods on the node. Absent means unknown, never zero.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 				Required: []string{"nodeName", "ready"},
 			},
@@ -564,9 +928,24 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkSpec(ref common.ReferenceCallback)
 							Format:      "int32",
 						},
 					},
+					"nodeSelector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodeSelector selects the nodes the Network is realised on, by their labels; nil or empty selects every node. Mutable: a node that stops being selected drains and gives back its blocks once its pods are gone.",
+							Ref:         ref(metav1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
+					"defaultRoute": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DefaultRoute, when true, gives pods a default route through the gateway. Defaults to false: pods reach only the Network's prefix through it.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},
+		Dependencies: []string{
+			metav1.LabelSelector{}.OpenAPIModelName()},
 	}
 }
 
@@ -628,6 +1007,13 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkStatus(ref common.ReferenceCallbac
 									},
 								},
 							},
+						},
+					},
+					"vni": {
+						SchemaProps: spec.SchemaProps{
+							Description: "VNI is the VXLAN network identifier of the Network's segment, unique in the cluster and assigned by the server (0: not yet). Clients cannot set it.",
+							Type:        []string{"integer"},
+							Format:      "int32",
 						},
 					},
 				},

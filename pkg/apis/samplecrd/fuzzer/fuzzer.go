@@ -56,8 +56,10 @@ func fillNetworkSpec(s *samplecrd.NetworkSpec, c randfill.Continue) {
 	case 2:
 		prefix = randomPrefix(c, true)
 	case 3:
-		// A request for an allocated prefix: no cidr yet, only a length.
+		// A request for an allocated prefix: no cidr yet, only a length; and a node selector.
 		*s = samplecrd.NetworkSpec{PrefixLength: int32(1 + c.Intn(126))}
+		c.Fill(&s.NodeSelector)
+		c.Fill(&s.DefaultRoute)
 		return
 	default:
 		*s = samplecrd.NetworkSpec{}
@@ -67,6 +69,10 @@ func fillNetworkSpec(s *samplecrd.NetworkSpec, c randfill.Continue) {
 	s.PrefixLength = 0
 	if c.Intn(2) == 0 {
 		s.PrefixLength = int32(prefix.Bits())
+	}
+	c.Fill(&s.DefaultRoute)
+	if c.Intn(2) == 0 {
+		s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/os": "linux"}}
 	}
 	switch c.Intn(3) {
 	case 0:
@@ -103,7 +109,19 @@ func fillNetworkStatus(s *samplecrd.NetworkStatus, c randfill.Continue) {
 	// A node entry per node, as the node controllers write them.
 	for i := range s.Nodes {
 		if c.Intn(2) == 0 {
-			s.Nodes[i].NodeName = fmt.Sprintf("node-%d", i)
+			node := &s.Nodes[i]
+			node.NodeName = fmt.Sprintf("node-%d", i)
+			// The segment's fields as an agent reports them: blocks, underlay, a known or
+			// unknown (nil) lease count, zero included.
+			node.UnderlayAddress = fmt.Sprintf("192.168.77.%d", 1+i%250)
+			node.Blocks = []string{fmt.Sprintf("10.66.%d.0/26", i%256), fmt.Sprintf("10.66.%d.64/27", i%256)}
+			node.MTU = 1450
+			node.IPAMMode = samplecrd.IPAMModeBlocks
+			node.Leases = nil
+			if c.Intn(2) == 0 {
+				leases := int32(c.Intn(3))
+				node.Leases = &leases
+			}
 		}
 	}
 	if c.Intn(2) == 0 {

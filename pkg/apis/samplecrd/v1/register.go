@@ -47,7 +47,7 @@ func init() {
 }
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(SchemeGroupVersion, &Network{}, &NetworkList{})
+	scheme.AddKnownTypes(SchemeGroupVersion, &Network{}, &NetworkList{}, &BlockAllocation{}, &BlockAllocationList{}, &BlockClaim{})
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil
 }

@@ -19,6 +19,7 @@ package v1
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
+// +genclient:method=ClaimBlocks,verb=create,subresource=blockclaims,input=BlockClaim,result=BlockAllocation
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // Network is an IP network (a prefix and its gateway) that the bundled controller realises as a
@@ -55,6 +56,15 @@ type NetworkSpec struct {
 	// from its pools when cidr is empty. When cidr is set, it must equal cidr's prefix length.
 	// +optional
 	PrefixLength int32 `json:"prefixLength,omitempty" protobuf:"varint,3,opt,name=prefixLength"`
+	// NodeSelector selects the nodes the Network is realised on, by their labels; nil or empty
+	// selects every node. Mutable: a node that stops being selected drains and gives back its
+	// blocks once its pods are gone.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty" protobuf:"bytes,4,opt,name=nodeSelector"`
+	// DefaultRoute, when true, gives pods a default route through the gateway. Defaults to false:
+	// pods reach only the Network's prefix through it.
+	// +optional
+	DefaultRoute *bool `json:"defaultRoute,omitempty" protobuf:"varint,5,opt,name=defaultRoute"`
 }
 
 // NetworkStatus is the observed state of a Network.
@@ -80,6 +90,10 @@ type NetworkStatus struct {
 	// +patchMergeKey=nodeName
 	// +patchStrategy=merge
 	Nodes []NetworkNodeStatus `json:"nodes,omitempty" patchStrategy:"merge" patchMergeKey:"nodeName" protobuf:"bytes,3,rep,name=nodes"`
+	// VNI is the VXLAN network identifier of the Network's segment, unique in the cluster and
+	// assigned by the server (0: not yet). Clients cannot set it.
+	// +optional
+	VNI int32 `json:"vni,omitempty" protobuf:"varint,4,opt,name=vni"`
 }
 
 // NetworkNodeStatus is one node's report on a Network.
@@ -106,6 +120,28 @@ type NetworkNodeStatus struct {
 	// and the node its bridge and CNI configuration, while any node reports attachments.
 	// +optional
 	Attachments int32 `json:"attachments,omitempty" protobuf:"varint,7,opt,name=attachments"`
+	// UnderlayAddress is the node's address on the network between nodes, where its VXLAN peers
+	// send the Network's segment.
+	// +optional
+	UnderlayAddress string `json:"underlayAddress,omitempty" protobuf:"bytes,8,opt,name=underlayAddress"`
+	// VXLAN is the name of the Network's VXLAN device on the node.
+	// +optional
+	VXLAN string `json:"vxlan,omitempty" protobuf:"bytes,9,opt,name=vxlan"`
+	// Blocks are the address blocks the node's CNI configuration hands out addresses from: a
+	// subset of the blocks of the node's BlockAllocation, inside spec.cidr.
+	// +optional
+	// +listType=set
+	Blocks []string `json:"blocks,omitempty" protobuf:"bytes,10,rep,name=blocks"`
+	// MTU is the MTU of the Network's bridge, VXLAN device and pods on the node.
+	// +optional
+	MTU int32 `json:"mtu,omitempty" protobuf:"varint,11,opt,name=mtu"`
+	// IPAMMode is how the node hands out addresses: "Blocks" (from its blocks only) or "Legacy"
+	// (from the whole prefix, before the node had blocks).
+	// +optional
+	IPAMMode string `json:"ipamMode,omitempty" protobuf:"bytes,12,opt,name=ipamMode"`
+	// Leases is the number of addresses leased to pods on the node. Absent means unknown, never zero.
+	// +optional
+	Leases *int32 `json:"leases,omitempty" protobuf:"varint,13,opt,name=leases"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -119,4 +155,76 @@ type NetworkList struct {
 
 	// Items is the list of Networks.
 	Items []Network `json:"items" protobuf:"bytes,2,rep,name=items"`
+}
+
+// +genclient
+// +genclient:onlyVerbs=get,list,watch
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// BlockAllocation lists the address blocks of one Network that one node holds; the node hands
+// out pod addresses from them. There is one per Network and node, named <network>.<node>. Only
+// the server writes it: a node claims blocks through networks/{name}/blockclaims, and the server
+// releases them. Create, update, patch and delete answer 405 Method Not Allowed.
+type BlockAllocation struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// Network is the name of the Network (in the same namespace) the blocks belong to.
+	Network string `json:"network" protobuf:"bytes,2,opt,name=network"`
+	// NetworkUID is the UID of that Network: a Network deleted and created again is another one.
+	NetworkUID string `json:"networkUID" protobuf:"bytes,3,opt,name=networkUID"`
+	// NodeName is the node holding the blocks.
+	NodeName string `json:"nodeName" protobuf:"bytes,4,opt,name=nodeName"`
+	// Blocks are the node's blocks, in the order they were claimed. No two blocks of a Network
+	// overlap, and none contains the Network's gateway.
+	// +optional
+	// +listType=atomic
+	Blocks []Block `json:"blocks,omitempty" protobuf:"bytes,5,rep,name=blocks"`
+}
+
+// Block is one address block of a node.
+type Block struct {
+	// CIDR is the block, a prefix inside the Network's spec.cidr.
+	CIDR string `json:"cidr" protobuf:"bytes,1,opt,name=cidr"`
+	// ClaimedAt is when the block was given to the node.
+	// +optional
+	ClaimedAt metav1.Time `json:"claimedAt,omitempty" protobuf:"bytes,2,opt,name=claimedAt"`
+	// Origin is why the block was given: "Claimed" (a free block the server picked) or
+	// "CoversLeases" (a block around addresses the node leased before it had blocks).
+	// +optional
+	Origin string `json:"origin,omitempty" protobuf:"bytes,3,opt,name=origin"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// BlockAllocationList is a list of BlockAllocations.
+type BlockAllocationList struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// Items is the list of BlockAllocations.
+	Items []BlockAllocation `json:"items" protobuf:"bytes,2,rep,name=items"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// BlockClaim is what a node posts to networks/{name}/blockclaims to be given a block of the
+// Network; the answer is the node's BlockAllocation after the claim.
+type BlockClaim struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata; metadata.name, when set, must be the Network's name.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// NodeName is the node that claims a block.
+	NodeName string `json:"nodeName" protobuf:"bytes,2,opt,name=nodeName"`
+	// Cover are addresses the node leased before it had blocks; its blocks are chosen to
+	// contain them. Used once, when a node moves from the whole prefix to blocks.
+	// +optional
+	// +listType=atomic
+	Cover []string `json:"cover,omitempty" protobuf:"bytes,3,rep,name=cover"`
 }

@@ -22,6 +22,26 @@ limitations under the License.
 package v1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in Block) OpenAPIModelName() string {
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.Block"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BlockAllocation) OpenAPIModelName() string {
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.BlockAllocation"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BlockAllocationList) OpenAPIModelName() string {
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.BlockAllocationList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in BlockClaim) OpenAPIModelName() string {
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.BlockClaim"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Network) OpenAPIModelName() string {
 	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.Network"
 }

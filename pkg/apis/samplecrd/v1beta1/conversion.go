@@ -29,6 +29,8 @@ func Convert_v1beta1_NetworkSpec_To_samplecrd_NetworkSpec(in *NetworkSpec, out *
 	out.CIDR = in.Subnet
 	out.Gateway = in.GatewayIP
 	out.PrefixLength = in.PrefixLength
+	out.NodeSelector = in.NodeSelector
+	out.DefaultRoute = in.DefaultRoute
 	return nil
 }
 
@@ -37,6 +39,8 @@ func Convert_samplecrd_NetworkSpec_To_v1beta1_NetworkSpec(in *samplecrd.NetworkS
 	out.Subnet = in.CIDR
 	out.GatewayIP = in.Gateway
 	out.PrefixLength = in.PrefixLength
+	out.NodeSelector = in.NodeSelector
+	out.DefaultRoute = in.DefaultRoute
 	return nil
 }
 

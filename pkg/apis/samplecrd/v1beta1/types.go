@@ -53,6 +53,15 @@ type NetworkSpec struct {
 	// when subnet is empty; when subnet is set it must equal subnet's prefix length.
 	// +optional
 	PrefixLength int32 `json:"prefixLength,omitempty" protobuf:"varint,3,opt,name=prefixLength"`
+	// NodeSelector selects the nodes the Network is realised on, by their labels; nil or empty
+	// selects every node. Mutable: a node that stops being selected drains and gives back its
+	// blocks once its pods are gone.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty" protobuf:"bytes,4,opt,name=nodeSelector"`
+	// DefaultRoute, when true, gives pods a default route through the gateway. Defaults to false:
+	// pods reach only the Network's prefix through it.
+	// +optional
+	DefaultRoute *bool `json:"defaultRoute,omitempty" protobuf:"varint,5,opt,name=defaultRoute"`
 }
 
 // NetworkStatus is the observed state of a Network.
@@ -78,6 +87,10 @@ type NetworkStatus struct {
 	// +patchMergeKey=nodeName
 	// +patchStrategy=merge
 	Nodes []NetworkNodeStatus `json:"nodes,omitempty" patchStrategy:"merge" patchMergeKey:"nodeName" protobuf:"bytes,3,rep,name=nodes"`
+	// VNI is the VXLAN network identifier of the Network's segment, unique in the cluster and
+	// assigned by the server (0: not yet). Clients cannot set it.
+	// +optional
+	VNI int32 `json:"vni,omitempty" protobuf:"varint,4,opt,name=vni"`
 }
 
 // NetworkNodeStatus is one node's report on a Network.
@@ -104,6 +117,28 @@ type NetworkNodeStatus struct {
 	// and the node its bridge and CNI configuration, while any node reports attachments.
 	// +optional
 	Attachments int32 `json:"attachments,omitempty" protobuf:"varint,7,opt,name=attachments"`
+	// UnderlayAddress is the node's address on the network between nodes, where its VXLAN peers
+	// send the Network's segment.
+	// +optional
+	UnderlayAddress string `json:"underlayAddress,omitempty" protobuf:"bytes,8,opt,name=underlayAddress"`
+	// VXLAN is the name of the Network's VXLAN device on the node.
+	// +optional
+	VXLAN string `json:"vxlan,omitempty" protobuf:"bytes,9,opt,name=vxlan"`
+	// Blocks are the address blocks the node's CNI configuration hands out addresses from: a
+	// subset of the blocks of the node's BlockAllocation, inside spec.cidr.
+	// +optional
+	// +listType=set
+	Blocks []string `json:"blocks,omitempty" protobuf:"bytes,10,rep,name=blocks"`
+	// MTU is the MTU of the Network's bridge, VXLAN device and pods on the node.
+	// +optional
+	MTU int32 `json:"mtu,omitempty" protobuf:"varint,11,opt,name=mtu"`
+	// IPAMMode is how the node hands out addresses: "Blocks" (from its blocks only) or "Legacy"
+	// (from the whole prefix, before the node had blocks).
+	// +optional
+	IPAMMode string `json:"ipamMode,omitempty" protobuf:"bytes,12,opt,name=ipamMode"`
+	// Leases is the number of addresses leased to pods on the node. Absent means unknown, never zero.
+	// +optional
+	Leases *int32 `json:"leases,omitempty" protobuf:"varint,13,opt,name=leases"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

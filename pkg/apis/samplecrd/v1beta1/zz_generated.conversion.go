@@ -25,6 +25,7 @@ import (
 	unsafe "unsafe"
 
 	samplecrd "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	conversion "k8s.io/apimachinery/pkg/conversion"
 	runtime "k8s.io/apimachinery/pkg/runtime"
 )
@@ -187,6 +188,8 @@ func autoConvert_v1beta1_NetworkSpec_To_samplecrd_NetworkSpec(in *NetworkSpec, o
 	// WARNING: in.Subnet requires manual conversion: does not exist in peer-type
 	// WARNING: in.GatewayIP requires manual conversion: does not exist in peer-type
 	out.PrefixLength = in.PrefixLength
+	out.NodeSelector = (*v1.LabelSelector)(unsafe.Pointer(in.NodeSelector))
+	out.DefaultRoute = (*bool)(unsafe.Pointer(in.DefaultRoute))
 	return nil
 }
 
@@ -194,6 +197,8 @@ func autoConvert_samplecrd_NetworkSpec_To_v1beta1_NetworkSpec(in *samplecrd.Netw
 	// WARNING: in.CIDR requires manual conversion: does not exist in peer-type
 	// WARNING: in.Gateway requires manual conversion: does not exist in peer-type
 	out.PrefixLength = in.PrefixLength
+	out.NodeSelector = (*v1.LabelSelector)(unsafe.Pointer(in.NodeSelector))
+	out.DefaultRoute = (*bool)(unsafe.Pointer(in.DefaultRoute))
 	return nil
 }
 

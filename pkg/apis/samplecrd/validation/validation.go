@@ -54,13 +54,23 @@ func ValidateNetworkStatusUpdate(n, old *samplecrd.Network) field.ErrorList {
 		allErrs = append(allErrs, field.Invalid(statusPath.Child("observedGeneration"), n.Status.ObservedGeneration, "must not be negative"))
 	}
 	allErrs = append(allErrs, metav1validation.ValidateConditions(n.Status.Conditions, statusPath.Child("conditions"))...)
-	return append(allErrs, validateNodes(n.Status.Nodes, statusPath.Child("nodes"))...)
+	if n.Status.VNI < 0 || n.Status.VNI > MaxVNI {
+		allErrs = append(allErrs, field.Invalid(statusPath.Child("vni"), n.Status.VNI, fmt.Sprintf("must be between 0 and %d", MaxVNI)))
+	}
+	prefix, _ := netip.ParsePrefix(n.Spec.CIDR)
+	return append(allErrs, validateNodes(n.Status.Nodes, prefix, statusPath.Child("nodes"))...)
 }
+
+// MaxVNI is the largest VXLAN network identifier (24 bits).
+const MaxVNI = 1<<24 - 1
+
+// maxNodeBlocks bounds the blocks a node entry lists (the server gives a node at most 64).
+const maxNodeBlocks = 256
 
 // maxNodeMessageLength bounds a node's message like a condition's.
 const maxNodeMessageLength = 32 * 1024
 
-func validateNodes(nodes []samplecrd.NetworkNodeStatus, path *field.Path) field.ErrorList {
+func validateNodes(nodes []samplecrd.NetworkNodeStatus, prefix netip.Prefix, path *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	seen := make(map[string]bool, len(nodes))
 	for i, node := range nodes {
@@ -85,6 +95,64 @@ func validateNodes(nodes []samplecrd.NetworkNodeStatus, path *field.Path) field.
 		if len(node.Message) > maxNodeMessageLength {
 			allErrs = append(allErrs, field.TooLong(p.Child("message"), "", maxNodeMessageLength))
 		}
+		allErrs = append(allErrs, validateNodeSegment(&node, prefix, p)...)
+	}
+	return allErrs
+}
+
+// validateNodeSegment checks the fields of an entry that describe the node's part of the segment
+// and its blocks; prefix is the Network's (invalid when spec.cidr is not a valid prefix).
+func validateNodeSegment(node *samplecrd.NetworkNodeStatus, prefix netip.Prefix, p *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if node.UnderlayAddress != "" {
+		a, err := netip.ParseAddr(node.UnderlayAddress)
+		switch {
+		case err != nil || a.Zone() != "" || a.Is4In6():
+			allErrs = append(allErrs, field.Invalid(p.Child("underlayAddress"), node.UnderlayAddress, "must be an IPv4 or IPv6 address"))
+		case a.String() != node.UnderlayAddress:
+			allErrs = append(allErrs, field.Invalid(p.Child("underlayAddress"), node.UnderlayAddress, fmt.Sprintf("must be in canonical form %q", a.String())))
+		}
+	}
+	if len(node.VXLAN) > 15 {
+		allErrs = append(allErrs, field.TooLong(p.Child("vxlan"), "", 15))
+	}
+	if len(node.Blocks) > maxNodeBlocks {
+		allErrs = append(allErrs, field.TooMany(p.Child("blocks"), len(node.Blocks), maxNodeBlocks))
+	} else {
+		var seen []netip.Prefix
+		for j, b := range node.Blocks {
+			bp := p.Child("blocks").Index(j)
+			block, err := netip.ParsePrefix(b)
+			switch {
+			case err != nil || block.Addr().Is4In6():
+				allErrs = append(allErrs, field.Invalid(bp, b, "must be an IPv4 or IPv6 prefix such as 10.0.0.64/26"))
+				continue
+			case block.Masked().String() != b:
+				allErrs = append(allErrs, field.Invalid(bp, b, fmt.Sprintf("must be in canonical form %q (host bits zero, shortest notation)", block.Masked())))
+				continue
+			case prefix.IsValid() && (block.Addr().Is4() != prefix.Addr().Is4() || block.Bits() < prefix.Bits() || !prefix.Contains(block.Addr())):
+				allErrs = append(allErrs, field.Invalid(bp, b, fmt.Sprintf("must be inside spec.cidr %s", prefix)))
+				continue
+			}
+			for _, other := range seen {
+				if other.Overlaps(block) {
+					allErrs = append(allErrs, field.Invalid(bp, b, fmt.Sprintf("overlaps block %s of the same entry", other)))
+					break
+				}
+			}
+			seen = append(seen, block)
+		}
+	}
+	if node.MTU != 0 && (node.MTU < 68 || node.MTU > 65535) {
+		allErrs = append(allErrs, field.Invalid(p.Child("mtu"), node.MTU, "must be between 68 and 65535"))
+	}
+	switch node.IPAMMode {
+	case "", samplecrd.IPAMModeBlocks, samplecrd.IPAMModeLegacy:
+	default:
+		allErrs = append(allErrs, field.NotSupported(p.Child("ipamMode"), node.IPAMMode, []string{samplecrd.IPAMModeBlocks, samplecrd.IPAMModeLegacy}))
+	}
+	if node.Leases != nil && *node.Leases < 0 {
+		allErrs = append(allErrs, field.Invalid(p.Child("leases"), *node.Leases, "must not be negative"))
 	}
 	return allErrs
 }
@@ -94,6 +162,10 @@ func ValidateNetworkSpec(spec *samplecrd.NetworkSpec, path *field.Path) field.Er
 	prefix, allErrs := validateCIDR(spec.CIDR, path.Child("cidr"))
 	if spec.Gateway != "" {
 		allErrs = append(allErrs, validateGateway(spec.Gateway, prefix, path.Child("gateway"))...)
+	}
+	if spec.NodeSelector != nil {
+		allErrs = append(allErrs, metav1validation.ValidateLabelSelector(spec.NodeSelector,
+			metav1validation.LabelSelectorValidationOptions{}, path.Child("nodeSelector"))...)
 	}
 	if spec.PrefixLength != 0 {
 		lengthPath := path.Child("prefixLength")

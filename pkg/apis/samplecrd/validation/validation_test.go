@@ -474,3 +474,67 @@ func TestDefaultGatewayIsValidForValidPrefixes(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateNodeSegmentFields(t *testing.T) {
+	neg, zero := int32(-1), int32(0)
+	entry := func(mod func(e *samplecrd.NetworkNodeStatus)) func(n *samplecrd.Network) {
+		return func(n *samplecrd.Network) {
+			e := samplecrd.NetworkNodeStatus{NodeName: "node1", UnderlayAddress: "192.168.77.2", VXLAN: "vx0123456789abc",
+				Blocks: []string{"10.0.0.64/26", "10.0.0.128/27"}, MTU: 1450, IPAMMode: samplecrd.IPAMModeBlocks, Leases: &zero}
+			mod(&e)
+			n.Status.Nodes = []samplecrd.NetworkNodeStatus{e}
+		}
+	}
+	tests := []struct {
+		name   string
+		update func(n *samplecrd.Network)
+		want   []wantErr
+	}{
+		{"valid entry", entry(func(*samplecrd.NetworkNodeStatus) {}), nil},
+		{"unknown leases", entry(func(e *samplecrd.NetworkNodeStatus) { e.Leases = nil }), nil},
+		{"vni", func(n *samplecrd.Network) { n.Status.VNI = MaxVNI + 1 },
+			[]wantErr{{field.ErrorTypeInvalid, "status.vni", "must be between 0 and"}}},
+		{"underlay not an address", entry(func(e *samplecrd.NetworkNodeStatus) { e.UnderlayAddress = "node1" }),
+			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].underlayAddress", "must be an IPv4 or IPv6 address"}}},
+		{"underlay not canonical", entry(func(e *samplecrd.NetworkNodeStatus) { e.UnderlayAddress = "fd00:0::1" }),
+			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].underlayAddress", `canonical form "fd00::1"`}}},
+		{"block not canonical", entry(func(e *samplecrd.NetworkNodeStatus) { e.Blocks = []string{"10.0.0.65/26"} }),
+			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].blocks[0]", `canonical form "10.0.0.64/26"`}}},
+		{"block not a prefix", entry(func(e *samplecrd.NetworkNodeStatus) { e.Blocks = []string{"x", "10.0.0.0/26"} }),
+			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].blocks[0]", "must be an IPv4 or IPv6 prefix"}}},
+		{"block outside cidr", entry(func(e *samplecrd.NetworkNodeStatus) { e.Blocks = []string{"10.0.1.0/26"} }),
+			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].blocks[0]", "must be inside spec.cidr 10.0.0.0/24"}}},
+		{"block containing cidr", entry(func(e *samplecrd.NetworkNodeStatus) { e.Blocks = []string{"10.0.0.0/23"} }),
+			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].blocks[0]", "must be inside spec.cidr"}}},
+		{"block of the other family", entry(func(e *samplecrd.NetworkNodeStatus) { e.Blocks = []string{"fd00::/122"} }),
+			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].blocks[0]", "must be inside spec.cidr"}}},
+		{"overlapping blocks", entry(func(e *samplecrd.NetworkNodeStatus) { e.Blocks = []string{"10.0.0.64/26", "10.0.0.96/27"} }),
+			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].blocks[1]", "overlaps block 10.0.0.64/26"}}},
+		{"mtu", entry(func(e *samplecrd.NetworkNodeStatus) { e.MTU = 20 }),
+			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].mtu", "between 68 and 65535"}}},
+		{"ipamMode", entry(func(e *samplecrd.NetworkNodeStatus) { e.IPAMMode = "Whole" }),
+			[]wantErr{{field.ErrorTypeNotSupported, "status.nodes[0].ipamMode", ""}}},
+		{"negative leases", entry(func(e *samplecrd.NetworkNodeStatus) { e.Leases = &neg }),
+			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].leases", "must not be negative"}}},
+		{"vxlan name too long", entry(func(e *samplecrd.NetworkNodeStatus) { e.VXLAN = "vx0123456789abcdef" }),
+			[]wantErr{{field.ErrorTypeTooLong, "status.nodes[0].vxlan", ""}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			old := network("10.0.0.0/24", "10.0.0.1")
+			n := old.DeepCopy()
+			tc.update(n)
+			checkErrors(t, ValidateNetworkStatusUpdate(n, old), tc.want)
+		})
+	}
+}
+
+func TestValidateNodeSelector(t *testing.T) {
+	n := network("10.0.0.0/24", "10.0.0.1")
+	n.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"zone": "a"}}
+	checkErrors(t, ValidateNetwork(n), nil)
+	n.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"bad key!": "a"}}
+	checkErrors(t, ValidateNetwork(n), []wantErr{{field.ErrorTypeInvalid, "spec.nodeSelector.matchLabels", "name part must consist of"}})
+	n.Spec.NodeSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "zone", Operator: "Near"}}}
+	checkErrors(t, ValidateNetwork(n), []wantErr{{field.ErrorTypeInvalid, "spec.nodeSelector.matchExpressions[0].operator", "not a valid selector operator"}})
+}

@@ -66,12 +66,27 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: attachments
       type:
         scalar: numeric
+    - name: blocks
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
     - name: bridge
       type:
         scalar: string
+    - name: ipamMode
+      type:
+        scalar: string
+    - name: leases
+      type:
+        scalar: numeric
     - name: message
       type:
         scalar: string
+    - name: mtu
+      type:
+        scalar: numeric
     - name: nodeName
       type:
         scalar: string
@@ -86,15 +101,27 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: reason
       type:
         scalar: string
+    - name: underlayAddress
+      type:
+        scalar: string
+    - name: vxlan
+      type:
+        scalar: string
 - name: com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkSpec
   map:
     fields:
     - name: cidr
       type:
         scalar: string
+    - name: defaultRoute
+      type:
+        scalar: boolean
     - name: gateway
       type:
         scalar: string
+    - name: nodeSelector
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
     - name: prefixLength
       type:
         scalar: numeric
@@ -118,6 +145,9 @@ var schemaYAML = typed.YAMLObject(`types:
           keys:
           - nodeName
     - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: vni
       type:
         scalar: numeric
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
@@ -157,6 +187,38 @@ var schemaYAML = typed.YAMLObject(`types:
         elementType:
           namedType: __untyped_deduced_
         elementRelationship: separable
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+  map:
+    fields:
+    - name: matchExpressions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement
+          elementRelationship: atomic
+    - name: matchLabels
+      type:
+        map:
+          elementType:
+            scalar: string
+    elementRelationship: atomic
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement
+  map:
+    fields:
+    - name: key
+      type:
+        scalar: string
+      default: ""
+    - name: operator
+      type:
+        scalar: string
+      default: ""
+    - name: values
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry
   map:
     fields:

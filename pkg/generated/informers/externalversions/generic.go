@@ -53,6 +53,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=samplecrd.k8s.io, Version=v1
+	case v1.SchemeGroupVersion.WithResource("blockallocations"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Samplecrd().V1().BlockAllocations().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("networks"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Samplecrd().V1().Networks().Informer()}, nil
 

@@ -33,6 +33,9 @@ const (
 	ReasonReconciling = "Reconciling"
 	// ReasonNodesNotReady: some node entry is not ready and gave no reason of its own.
 	ReasonNodesNotReady = "NodeNotReady"
+	// ReasonMTUMismatch: the nodes report different MTUs for the Network's segment (derived by
+	// the server from the entries' mtu).
+	ReasonMTUMismatch = "MTUMismatch"
 )
 
 // deriveReadiness sets status.observedGeneration and the Ready condition from the node entries,
@@ -60,6 +63,12 @@ func deriveReadiness(n *samplecrd.Network) {
 	}
 	slices.Sort(failed)
 	slices.Sort(behind)
+	mtus := map[int32][]string{}
+	for _, node := range nodes {
+		if node.MTU != 0 {
+			mtus[node.MTU] = append(mtus[node.MTU], node.NodeName)
+		}
+	}
 	n.Status.ObservedGeneration = observed
 	cond := metav1.Condition{Type: samplecrd.ConditionReady, ObservedGeneration: n.Generation}
 	switch {
@@ -69,6 +78,15 @@ func deriveReadiness(n *samplecrd.Network) {
 			cond.Reason = reason
 		}
 		cond.Message = fmt.Sprintf("not ready on %d of %d nodes: %s", len(failed), len(nodes), strings.Join(failed, "; "))
+	case len(mtus) > 1:
+		var parts []string
+		for mtu, names := range mtus {
+			slices.Sort(names)
+			parts = append(parts, fmt.Sprintf("%d on %s", mtu, strings.Join(names, ", ")))
+		}
+		slices.Sort(parts)
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonMTUMismatch
+		cond.Message = "the nodes' MTUs differ: " + strings.Join(parts, "; ")
 	case len(behind) > 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonReconciling
 		cond.Message = fmt.Sprintf("generation %d not yet realised on %s", n.Generation, strings.Join(behind, ", "))

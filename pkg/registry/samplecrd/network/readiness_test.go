@@ -41,6 +41,11 @@ func TestDeriveReadiness(t *testing.T) {
 		"no nodes leaves status alone": {noConditions: true},
 		"all ready and current":        {nodes: []samplecrd.NetworkNodeStatus{node("a", true, 3, "", ""), node("b", true, 3, "", "")}, status: metav1.ConditionTrue, reason: ReasonRealized, msgHas: "2 node", observedGen: 3},
 		"one behind":                   {nodes: []samplecrd.NetworkNodeStatus{node("a", true, 3, "", ""), node("b", true, 2, "", "")}, status: metav1.ConditionFalse, reason: ReasonReconciling, msgHas: "on b", observedGen: 2},
+		"different MTUs": {nodes: []samplecrd.NetworkNodeStatus{{NodeName: "a", Ready: true, ObservedGeneration: 3, MTU: 1450},
+			{NodeName: "b", Ready: true, ObservedGeneration: 3, MTU: 1500}, {NodeName: "c", Ready: true, ObservedGeneration: 3}},
+			status: metav1.ConditionFalse, reason: ReasonMTUMismatch, msgHas: "1450 on a; 1500 on b", observedGen: 3},
+		"same MTU, one unknown": {nodes: []samplecrd.NetworkNodeStatus{{NodeName: "a", Ready: true, ObservedGeneration: 3, MTU: 1450},
+			{NodeName: "b", Ready: true, ObservedGeneration: 3}}, status: metav1.ConditionTrue, reason: ReasonRealized, msgHas: "2 node", observedGen: 3},
 		"one failed wins with its reason": {nodes: []samplecrd.NetworkNodeStatus{node("b", true, 2, "", ""), node("a", false, 3, "InterfaceNotOurs", "nwabc is a dummy")},
 			status: metav1.ConditionFalse, reason: "InterfaceNotOurs", msgHas: "a: nwabc is a dummy", observedGen: 2},
 	} {

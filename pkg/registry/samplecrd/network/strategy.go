@@ -153,11 +153,29 @@ func (networkStatusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpat
 	return resetFields(statusResetPaths...)
 }
 
-// PrepareForUpdate keeps the stored spec and metadata: a status write changes status only.
-func (networkStatusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+// PrepareForUpdate keeps the stored spec and metadata: a status write changes status only. It
+// keeps the stored status.vni too, which the server alone assigns (WithServerOwnedStatus).
+func (networkStatusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	n, o := obj.(*samplecrd.Network), old.(*samplecrd.Network)
 	n.Spec = o.Spec
 	metav1.ResetObjectMetaForStatus(n, o)
+	if !serverOwnedStatus(ctx) {
+		n.Status.VNI = o.Status.VNI
+	}
+}
+
+type serverOwnedStatusKey struct{}
+
+// WithServerOwnedStatus marks ctx as a status write by the server itself (the segment controller,
+// calling the status storage in process), which may set the server-owned status.vni. No request
+// from a client carries the mark.
+func WithServerOwnedStatus(ctx context.Context) context.Context {
+	return context.WithValue(ctx, serverOwnedStatusKey{}, true)
+}
+
+func serverOwnedStatus(ctx context.Context) bool {
+	v, _ := ctx.Value(serverOwnedStatusKey{}).(bool)
+	return v
 }
 
 // Canonicalize derives observedGeneration and Ready from the node entries. It runs after

@@ -481,3 +481,70 @@ func TestMatch(t *testing.T) {
 		}
 	}
 }
+
+// TestVNIIsServerOwned: status.vni survives every client write (main resource and status) and
+// only a write the server marks as its own changes it.
+func TestVNIIsServerOwned(t *testing.T) {
+	ctx := context.Background()
+	scheme := testScheme()
+	stored := storedNetwork()
+	stored.Status.VNI = 1048577
+
+	create := stored.DeepCopy()
+	create.Status.VNI = 7
+	NewStrategy(scheme).PrepareForCreate(ctx, create)
+	if create.Status.VNI != 0 {
+		t.Errorf("create kept a client's status.vni %d", create.Status.VNI)
+	}
+
+	update := stored.DeepCopy()
+	update.Status.VNI = 7
+	NewStrategy(scheme).PrepareForUpdate(ctx, update, stored)
+	if update.Status.VNI != 1048577 {
+		t.Errorf("update of the main resource: status.vni = %d, want the stored 1048577", update.Status.VNI)
+	}
+
+	for _, sent := range []int32{0, 7} {
+		status := stored.DeepCopy()
+		status.Status.VNI = sent
+		NewStatusStrategy(scheme).PrepareForUpdate(ctx, status, stored)
+		if status.Status.VNI != 1048577 {
+			t.Errorf("client status write of vni %d: status.vni = %d, want the stored 1048577", sent, status.Status.VNI)
+		}
+	}
+
+	server := stored.DeepCopy()
+	server.Status.VNI = 1048600
+	NewStatusStrategy(scheme).PrepareForUpdate(WithServerOwnedStatus(ctx), server, stored)
+	if server.Status.VNI != 1048600 {
+		t.Errorf("server status write: status.vni = %d, want 1048600", server.Status.VNI)
+	}
+}
+
+// TestStatusStrategyKeepsSegmentFields: a status write keeps the new per-node fields it sends
+// (they are the agent's), and a main-resource write keeps the stored ones.
+func TestStatusStrategyKeepsSegmentFields(t *testing.T) {
+	ctx := context.Background()
+	scheme := testScheme()
+	stored := storedNetwork()
+	leases := int32(0)
+	entry := samplecrd.NetworkNodeStatus{NodeName: "node1", Ready: true, ObservedGeneration: 3, UnderlayAddress: "192.168.77.2",
+		VXLAN: "vx0123456789abc", Blocks: []string{"10.0.0.64/26"}, MTU: 1450, IPAMMode: samplecrd.IPAMModeBlocks, Leases: &leases}
+	status := stored.DeepCopy()
+	status.Status.Nodes = []samplecrd.NetworkNodeStatus{entry}
+	s := NewStatusStrategy(scheme)
+	s.PrepareForUpdate(ctx, status, stored)
+	if errs := s.ValidateUpdate(ctx, status, stored); len(errs) != 0 {
+		t.Fatalf("valid entry refused: %v", errs)
+	}
+	s.Canonicalize(status)
+	if got := status.Status.Nodes[0]; !reflect.DeepEqual(got, entry) {
+		t.Errorf("entry after the status strategy:\n%+v\nwant\n%+v", got, entry)
+	}
+	update := status.DeepCopy()
+	update.Status.Nodes = nil
+	NewStrategy(scheme).PrepareForUpdate(ctx, update, status)
+	if !reflect.DeepEqual(update.Status.Nodes, status.Status.Nodes) {
+		t.Errorf("main-resource update changed the entries: %+v", update.Status.Nodes)
+	}
+}

@@ -88,6 +88,12 @@ func ExtractNetwork(network *samplecrdv1.Network, fieldManager string) (*Network
 	return ExtractNetworkFrom(network, fieldManager, "")
 }
 
+// ExtractNetworkBlockclaims extracts the applied configuration owned by fieldManager from
+// network for the blockclaims subresource.
+func ExtractNetworkBlockclaims(network *samplecrdv1.Network, fieldManager string) (*NetworkApplyConfiguration, error) {
+	return ExtractNetworkFrom(network, fieldManager, "blockclaims")
+}
+
 // ExtractNetworkStatus extracts the applied configuration owned by fieldManager from
 // network for the status subresource.
 func ExtractNetworkStatus(network *samplecrdv1.Network, fieldManager string) (*NetworkApplyConfiguration, error) {

@@ -39,6 +39,21 @@ type NetworkNodeStatusApplyConfiguration struct {
 	// bridge). A Network being deleted keeps its finalizer samplecrd.k8s.io/network-protection,
 	// and the node its bridge and CNI configuration, while any node reports attachments.
 	Attachments *int32 `json:"attachments,omitempty"`
+	// UnderlayAddress is the node's address on the network between nodes, where its VXLAN peers
+	// send the Network's segment.
+	UnderlayAddress *string `json:"underlayAddress,omitempty"`
+	// VXLAN is the name of the Network's VXLAN device on the node.
+	VXLAN *string `json:"vxlan,omitempty"`
+	// Blocks are the address blocks the node's CNI configuration hands out addresses from: a
+	// subset of the blocks of the node's BlockAllocation, inside spec.cidr.
+	Blocks []string `json:"blocks,omitempty"`
+	// MTU is the MTU of the Network's bridge, VXLAN device and pods on the node.
+	MTU *int32 `json:"mtu,omitempty"`
+	// IPAMMode is how the node hands out addresses: "Blocks" (from its blocks only) or "Legacy"
+	// (from the whole prefix, before the node had blocks).
+	IPAMMode *string `json:"ipamMode,omitempty"`
+	// Leases is the number of addresses leased to pods on the node. Absent means unknown, never zero.
+	Leases *int32 `json:"leases,omitempty"`
 }
 
 // NetworkNodeStatusApplyConfiguration constructs a declarative configuration of the NetworkNodeStatus type for use with
@@ -100,5 +115,55 @@ func (b *NetworkNodeStatusApplyConfiguration) WithObservedGeneration(value int64
 // If called multiple times, the Attachments field is set to the value of the last call.
 func (b *NetworkNodeStatusApplyConfiguration) WithAttachments(value int32) *NetworkNodeStatusApplyConfiguration {
 	b.Attachments = &value
+	return b
+}
+
+// WithUnderlayAddress sets the UnderlayAddress field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the UnderlayAddress field is set to the value of the last call.
+func (b *NetworkNodeStatusApplyConfiguration) WithUnderlayAddress(value string) *NetworkNodeStatusApplyConfiguration {
+	b.UnderlayAddress = &value
+	return b
+}
+
+// WithVXLAN sets the VXLAN field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the VXLAN field is set to the value of the last call.
+func (b *NetworkNodeStatusApplyConfiguration) WithVXLAN(value string) *NetworkNodeStatusApplyConfiguration {
+	b.VXLAN = &value
+	return b
+}
+
+// WithBlocks adds the given value to the Blocks field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Blocks field.
+func (b *NetworkNodeStatusApplyConfiguration) WithBlocks(values ...string) *NetworkNodeStatusApplyConfiguration {
+	for i := range values {
+		b.Blocks = append(b.Blocks, values[i])
+	}
+	return b
+}
+
+// WithMTU sets the MTU field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MTU field is set to the value of the last call.
+func (b *NetworkNodeStatusApplyConfiguration) WithMTU(value int32) *NetworkNodeStatusApplyConfiguration {
+	b.MTU = &value
+	return b
+}
+
+// WithIPAMMode sets the IPAMMode field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the IPAMMode field is set to the value of the last call.
+func (b *NetworkNodeStatusApplyConfiguration) WithIPAMMode(value string) *NetworkNodeStatusApplyConfiguration {
+	b.IPAMMode = &value
+	return b
+}
+
+// WithLeases sets the Leases field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Leases field is set to the value of the last call.
+func (b *NetworkNodeStatusApplyConfiguration) WithLeases(value int32) *NetworkNodeStatusApplyConfiguration {
+	b.Leases = &value
 	return b
 }

@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1
 
+import (
+	metav1 "k8s.io/client-go/applyconfigurations/meta/v1"
+)
+
 // NetworkSpecApplyConfiguration represents a declarative configuration of the NetworkSpec type for use
 // with apply.
 //
@@ -36,6 +40,13 @@ type NetworkSpecApplyConfiguration struct {
 	// PrefixLength asks the server to allocate a free prefix of this length (for example 24)
 	// from its pools when cidr is empty. When cidr is set, it must equal cidr's prefix length.
 	PrefixLength *int32 `json:"prefixLength,omitempty"`
+	// NodeSelector selects the nodes the Network is realised on, by their labels; nil or empty
+	// selects every node. Mutable: a node that stops being selected drains and gives back its
+	// blocks once its pods are gone.
+	NodeSelector *metav1.LabelSelectorApplyConfiguration `json:"nodeSelector,omitempty"`
+	// DefaultRoute, when true, gives pods a default route through the gateway. Defaults to false:
+	// pods reach only the Network's prefix through it.
+	DefaultRoute *bool `json:"defaultRoute,omitempty"`
 }
 
 // NetworkSpecApplyConfiguration constructs a declarative configuration of the NetworkSpec type for use with
@@ -65,5 +76,21 @@ func (b *NetworkSpecApplyConfiguration) WithGateway(value string) *NetworkSpecAp
 // If called multiple times, the PrefixLength field is set to the value of the last call.
 func (b *NetworkSpecApplyConfiguration) WithPrefixLength(value int32) *NetworkSpecApplyConfiguration {
 	b.PrefixLength = &value
+	return b
+}
+
+// WithNodeSelector sets the NodeSelector field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NodeSelector field is set to the value of the last call.
+func (b *NetworkSpecApplyConfiguration) WithNodeSelector(value *metav1.LabelSelectorApplyConfiguration) *NetworkSpecApplyConfiguration {
+	b.NodeSelector = value
+	return b
+}
+
+// WithDefaultRoute sets the DefaultRoute field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DefaultRoute field is set to the value of the last call.
+func (b *NetworkSpecApplyConfiguration) WithDefaultRoute(value bool) *NetworkSpecApplyConfiguration {
+	b.DefaultRoute = &value
 	return b
 }

@@ -37,6 +37,9 @@ type NetworkStatusApplyConfiguration struct {
 	// controller owns its own entry (server-side apply with a field manager per node). When
 	// there are entries, the server derives observedGeneration and the Ready condition from them.
 	Nodes []NetworkNodeStatusApplyConfiguration `json:"nodes,omitempty"`
+	// VNI is the VXLAN network identifier of the Network's segment, unique in the cluster and
+	// assigned by the server (0: not yet). Clients cannot set it.
+	VNI *int32 `json:"vni,omitempty"`
 }
 
 // NetworkStatusApplyConfiguration constructs a declarative configuration of the NetworkStatus type for use with
@@ -76,5 +79,13 @@ func (b *NetworkStatusApplyConfiguration) WithNodes(values ...*NetworkNodeStatus
 		}
 		b.Nodes = append(b.Nodes, *values[i])
 	}
+	return b
+}
+
+// WithVNI sets the VNI field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the VNI field is set to the value of the last call.
+func (b *NetworkStatusApplyConfiguration) WithVNI(value int32) *NetworkStatusApplyConfiguration {
+	b.VNI = &value
 	return b
 }

@@ -18,6 +18,14 @@ limitations under the License.
 
 package v1
 
+// BlockAllocationListerExpansion allows custom methods to be added to
+// BlockAllocationLister.
+type BlockAllocationListerExpansion interface{}
+
+// BlockAllocationNamespaceListerExpansion allows custom methods to be added to
+// BlockAllocationNamespaceLister.
+type BlockAllocationNamespaceListerExpansion interface{}
+
 // NetworkListerExpansion allows custom methods to be added to
 // NetworkLister.
 type NetworkListerExpansion interface{}

@@ -60,13 +60,30 @@ func (o Owner) String() string { return o.Namespace + "/" + o.Name }
 type record struct {
 	CIDR string `json:"cidr"`
 	Owner
+	// Node and Role are set on the keys of a Network's blocks (role "block", the node holding it)
+	// and on its gateway key (role "gateway"); never on a Network's own allocation, whose value
+	// stays what older versions wrote (and older decoders ignore both).
+	Node string `json:"node,omitempty"`
+	Role string `json:"role,omitempty"`
 }
+
+// Roles of the keys in a Network's block scope.
+const (
+	RoleBlock   = "block"
+	RoleGateway = "gateway"
+)
 
 // Allocation is one Network's prefix in its scope.
 type Allocation struct {
 	Scope  string
 	Prefix netip.Prefix
 	Owner  Owner
+	// Node and Role are set for blocks and gateway keys (see record).
+	Node, Role string
+	// Within, when valid, is a prefix that contains Prefix and that nothing in Scope extends
+	// beyond (a block's Network prefix): the guards then stop at it, so that a /128 block in a /64
+	// is guarded by 64 container keys rather than 127 (etcd's --max-txn-ops is 128).
+	Within netip.Prefix
 }
 
 // Stored is an allocation as read from etcd.
@@ -130,7 +147,7 @@ func (a *Allocator) Key(scope string, p netip.Prefix) string {
 
 // Value is what is stored for an allocation.
 func Value(al Allocation) string {
-	b, err := json.Marshal(record{CIDR: al.Prefix.Masked().String(), Owner: al.Owner})
+	b, err := json.Marshal(record{CIDR: al.Prefix.Masked().String(), Owner: al.Owner, Node: al.Node, Role: al.Role})
 	if err != nil {
 		panic(err) // strings only
 	}
@@ -147,9 +164,9 @@ func decode(value []byte) (record, netip.Prefix, error) {
 }
 
 // Create stores objValue at objKey and al's allocation in one transaction, if objKey is free and
-// nothing overlaps al. It returns the revision of the write, ErrObjectExists, or an
-// *OverlapError.
-func (a *Allocator) Create(ctx context.Context, objKey, objValue string, al Allocation) (int64, error) {
+// nothing overlaps al; also are more writes of the same transaction (the Network's gateway key).
+// It returns the revision of the write, ErrObjectExists, or an *OverlapError.
+func (a *Allocator) Create(ctx context.Context, objKey, objValue string, al Allocation, also ...clientv3.Op) (int64, error) {
 	return a.guardedWrite(ctx, al,
 		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(objKey), "=", 0)},
 		[]clientv3.Op{clientv3.OpGet(objKey, clientv3.WithCountOnly())},
@@ -159,7 +176,7 @@ func (a *Allocator) Create(ctx context.Context, objKey, objValue string, al Allo
 			}
 			return nil
 		},
-		clientv3.OpPut(objKey, objValue))
+		append([]clientv3.Op{clientv3.OpPut(objKey, objValue)}, also...)...)
 }
 
 // Check reports, without writing, whether al could be created now (for dry runs): nil or an
@@ -175,10 +192,11 @@ func (a *Allocator) Check(ctx context.Context, al Allocation) error {
 }
 
 // Delete removes the object at objKey if its ModRevision is still modRevision, and in the same
-// transaction al's allocation if it is stored as al (nil: the object has no valid prefix). It
-// returns whether the object was deleted, and the revision of the transaction.
-func (a *Allocator) Delete(ctx context.Context, objKey string, modRevision int64, al *Allocation) (bool, int64, error) {
-	ops := []clientv3.Op{clientv3.OpDelete(objKey)}
+// transaction al's allocation if it is stored as al (nil: the object has no valid prefix), and
+// does the deletes of also (the Network's blocks). It returns whether the object was deleted,
+// and the revision of the transaction.
+func (a *Allocator) Delete(ctx context.Context, objKey string, modRevision int64, al *Allocation, also ...clientv3.Op) (bool, int64, error) {
+	ops := append([]clientv3.Op{clientv3.OpDelete(objKey)}, also...)
 	if al != nil {
 		key := a.Key(al.Scope, al.Prefix)
 		ops = append(ops, clientv3.OpTxn(
@@ -193,6 +211,18 @@ func (a *Allocator) Delete(ctx context.Context, objKey string, modRevision int64
 		a.seen.set(a.Key(al.Scope, al.Prefix), 0, netip.Prefix{})
 	}
 	return resp.Succeeded, resp.Header.Revision, nil
+}
+
+// Write commits ops together with al's allocation in one transaction that holds only if nothing
+// overlapping al is stored and cmps hold. When it fails, check receives the results of probes
+// (read at the revision of the failure) and returns the caller's error; a failure that check
+// does not explain is an overlap (an *OverlapError) or a write beside al, which Write retries.
+func (a *Allocator) Write(ctx context.Context, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
+	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
+	if check == nil {
+		check = func([]*etcdserverpb.ResponseOp) error { return nil }
+	}
+	return a.guardedWrite(ctx, al, cmps, probes, check, ops...)
 }
 
 // Restore writes the missing allocation al of the Network stored at objKey, if that Network is

@@ -21,14 +21,15 @@ import (
 	"net/netip"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Interface is what the Network storage needs of the allocator: to create and delete a Network
 // together with its allocation, to check an allocation without writing it (dry runs), and to
 // pick a free prefix for spec.prefixLength.
 type Interface interface {
-	Create(ctx context.Context, objKey, objValue string, al Allocation) (int64, error)
-	Delete(ctx context.Context, objKey string, modRevision int64, al *Allocation) (bool, int64, error)
+	Create(ctx context.Context, objKey, objValue string, al Allocation, also ...clientv3.Op) (int64, error)
+	Delete(ctx context.Context, objKey string, modRevision int64, al *Allocation, also ...clientv3.Op) (bool, int64, error)
 	Get(ctx context.Context, key string) (*mvccpb.KeyValue, error)
 	Check(ctx context.Context, al Allocation) error
 	Pick(ctx context.Context, scope string, pool netip.Prefix, bits, attempt int) (netip.Prefix, error)

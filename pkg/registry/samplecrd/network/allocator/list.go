@@ -79,6 +79,12 @@ func (a *Allocator) stored(kv *mvccpb.KeyValue) Stored {
 		s.Corrupt = err
 		return s
 	}
-	s.Prefix, s.Owner = p, r.Owner
+	s.Prefix, s.Owner, s.Node, s.Role = p, r.Owner, r.Node, r.Role
 	return s
 }
+
+// Decode reads the allocation stored in kv (Corrupt set when it cannot).
+func (a *Allocator) Decode(kv *mvccpb.KeyValue) Stored { return a.stored(kv) }
+
+// ScopePrefix is the key prefix of every allocation of scope, ending in "/".
+func (a *Allocator) ScopePrefix(scope string) string { return a.root + "/" + scope + "/" }

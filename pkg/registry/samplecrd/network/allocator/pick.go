@@ -48,9 +48,36 @@ func (a *Allocator) Pick(ctx context.Context, scope string, pool netip.Prefix, b
 	return free[rand.IntN(len(free))], nil
 }
 
+// PickBlock returns a free /bits of pool in scope for a node's block: a random one of the lowest
+// 32, so that nodes claiming at once rarely pick the same. Nothing in scope may extend beyond pool.
+// It returns an *ExhaustedError when no free /bits is left.
+func (a *Allocator) PickBlock(ctx context.Context, scope string, pool netip.Prefix, bits int) (netip.Prefix, error) {
+	pool = pool.Masked()
+	if bits < pool.Bits() || bits > pool.Addr().BitLen() {
+		return netip.Prefix{}, &ExhaustedError{Pool: pool, Bits: bits}
+	}
+	free, err := a.freeBlocksWithin(ctx, scope, pool, bits, 32, true)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if len(free) == 0 {
+		return netip.Prefix{}, &ExhaustedError{Pool: pool, Bits: bits}
+	}
+	return free[rand.IntN(len(free))], nil
+}
+
 // freeBlocks returns up to limit free aligned /bits blocks of pool, lowest first.
 func (a *Allocator) freeBlocks(ctx context.Context, scope string, pool netip.Prefix, bits, limit int) ([]netip.Prefix, error) {
+	return a.freeBlocksWithin(ctx, scope, pool, bits, limit, false)
+}
+
+// freeBlocksWithin is freeBlocks; with within, nothing in scope extends beyond pool, so no
+// container key is read.
+func (a *Allocator) freeBlocksWithin(ctx context.Context, scope string, pool netip.Prefix, bits, limit int, within bool) ([]netip.Prefix, error) {
 	s := a.spanOf(scope, pool)
+	if within {
+		s.containers = nil
+	}
 	// Allocations that contain the pool, then every allocation inside it (in address order): this
 	// read is as long as the pool is full, which is what finding a gap in it takes.
 	var reads []clientv3.Op

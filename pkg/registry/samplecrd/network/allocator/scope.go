@@ -53,3 +53,19 @@ func (s Scoping) AllocationOf(n *samplecrd.Network) (Allocation, bool) {
 		Owner:  Owner{Namespace: n.Namespace, Name: n.Name, UID: string(n.UID)},
 	}, true
 }
+
+// GatewayOf is the key of n's gateway in n's block scope (the Network's UID): a single address
+// with role gateway, which keeps every block of n off the gateway. False when n has no valid
+// prefix or gateway.
+func GatewayOf(n *samplecrd.Network) (Allocation, bool) {
+	p, err := netip.ParsePrefix(n.Spec.CIDR)
+	if err != nil || p.Masked() != p {
+		return Allocation{}, false
+	}
+	gw, err := netip.ParseAddr(n.Spec.Gateway)
+	if err != nil || !p.Contains(gw) {
+		return Allocation{}, false
+	}
+	return Allocation{Scope: string(n.UID), Prefix: netip.PrefixFrom(gw, gw.BitLen()),
+		Owner: Owner{Namespace: n.Namespace, Name: n.Name, UID: string(n.UID)}, Role: RoleGateway, Within: p}, true
+}

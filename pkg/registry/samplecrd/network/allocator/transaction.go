@@ -81,10 +81,20 @@ type span struct {
 // IPv4 and 127 for IPv6; etcd's default --max-txn-ops is 128 per list, and Networks are at most
 // /126, so every guard fits).
 func (a *Allocator) spanOf(scope string, p netip.Prefix) span {
+	return a.spanWithin(scope, p, netip.Prefix{})
+}
+
+// spanWithin is spanOf for an allocation that nothing in scope extends beyond within (when
+// valid): its container keys stop at within's start.
+func (a *Allocator) spanWithin(scope string, p, within netip.Prefix) span {
 	p = p.Masked()
 	s := span{key: a.Key(scope, p), end: a.familyPrefix(scope, p) + addrHex(lastAddr(p)) + "\x00"}
 	prev := p.Addr()
-	for bits := p.Bits() - 1; bits >= 0; bits-- {
+	lowest := 0
+	if within.IsValid() && within.Bits() <= p.Bits() && within.Contains(p.Addr()) {
+		lowest = within.Bits()
+	}
+	for bits := p.Bits() - 1; bits >= lowest; bits-- {
 		q, _ := p.Addr().Prefix(bits)
 		if q.Addr() != prev {
 			s.containers = append(s.containers, a.Key(scope, q))
@@ -136,7 +146,7 @@ func (a *Allocator) overlapWith(al Allocation, kv *mvccpb.KeyValue) error {
 		return fmt.Errorf("allocation %s, which overlaps %s, is corrupt: %w", kv.Key, al.Prefix, err)
 	}
 	al.Prefix = al.Prefix.Masked()
-	return &OverlapError{Allocation: al, Other: Allocation{Scope: al.Scope, Prefix: p, Owner: r.Owner}}
+	return &OverlapError{Allocation: al, Other: Allocation{Scope: al.Scope, Prefix: p, Owner: r.Owner, Node: r.Node, Role: r.Role}}
 }
 
 // guardedWrite commits ops together with al's allocation in one transaction that holds only if
@@ -148,7 +158,7 @@ func (a *Allocator) overlapWith(al Allocation, kv *mvccpb.KeyValue) error {
 // is right almost always and then costs one round trip in all.
 func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
 	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
-	s := a.spanOf(al.Scope, al.Prefix)
+	s := a.spanWithin(al.Scope, al.Prefix, al.Within)
 	ops = append(ops, clientv3.OpPut(s.key, Value(al)))
 	elseOps := append(append([]clientv3.Op(nil), probes...), s.reads()...)
 	revs := make([]int64, len(s.containers))

@@ -40,6 +40,15 @@ type Allocations struct {
 	Scoping   allocator.Scoping
 	// Pools are where prefixes for spec.prefixLength come from, tried in order.
 	Pools []netip.Prefix
+	// Blocks is the allocator of the block keyspace (scope = Network UID), nil without blocks:
+	// a create then also writes the Network's gateway key, a gateway change moves it, and a
+	// delete removes the Network's block keys and its BlockAllocations (under BlockObjects, the
+	// etcd prefix of BlockAllocations, ending in "/"), each in the Network's own transaction.
+	Blocks       *allocator.Allocator
+	BlockObjects string
+	// NodeBlocks reads a node's BlockAllocation of a Network for the check of status writes
+	// (nil: no check).
+	NodeBlocks NodeBlocksFunc
 }
 
 // maxCreateAttempts bounds how often a create runs again after a concurrent create took first

@@ -26,6 +26,7 @@ import (
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -61,7 +62,7 @@ func (f *fakeAllocator) Pick(_ context.Context, _ string, _ netip.Prefix, bits, 
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 64, byte(attempt), 0}), bits), nil
 }
 
-func (f *fakeAllocator) Create(_ context.Context, _, _ string, al allocator.Allocation) (int64, error) {
+func (f *fakeAllocator) Create(_ context.Context, _, _ string, al allocator.Allocation, _ ...clientv3.Op) (int64, error) {
 	f.creates = append(f.creates, al)
 	if len(f.creates) <= f.losses {
 		return 0, &allocator.OverlapError{Allocation: al, Other: winner}
@@ -74,7 +75,7 @@ func (f *fakeAllocator) Check(context.Context, allocator.Allocation) error {
 	return f.checkErr
 }
 
-func (f *fakeAllocator) Delete(context.Context, string, int64, *allocator.Allocation) (bool, int64, error) {
+func (f *fakeAllocator) Delete(context.Context, string, int64, *allocator.Allocation, ...clientv3.Op) (bool, int64, error) {
 	return false, 0, errors.New("not used")
 }
 

@@ -115,3 +115,32 @@ func (c *EtcdCodec) Decode(ctx context.Context, kv *mvccpb.KeyValue) (*samplecrd
 	}
 	return n, nil
 }
+
+// NewEtcdCodec returns the codec of a resource stored with config under resourcePrefix (what a
+// storage decorator receives), for stores that write the resource's objects in their own
+// transactions (the BlockAllocations a claim writes).
+func NewEtcdCodec(config *storagebackend.ConfigForResource, resourcePrefix string) *EtcdCodec {
+	return newEtcdCodec(config, resourcePrefix)
+}
+
+// EtcdKey is the etcd key of the object at a storage key ("/<namespace>/<name>" under the resource).
+func (c *EtcdCodec) EtcdKey(key string) (string, error) { return c.key(key) }
+
+// Encode returns obj as the codec writes it, and as it is stored at etcdKey.
+func (c *EtcdCodec) Encode(ctx context.Context, etcdKey string, obj runtime.Object) ([]byte, string, error) {
+	return c.encode(ctx, etcdKey, obj)
+}
+
+// DecodeInto reads the object stored in kv into out, with its resourceVersion.
+func (c *EtcdCodec) DecodeInto(ctx context.Context, kv *mvccpb.KeyValue, out runtime.Object) error {
+	data, err := c.read(ctx, kv)
+	if err != nil {
+		return err
+	}
+	return c.decoder.Decode(data, out, kv.ModRevision)
+}
+
+// DecodeData decodes what Encode returned, with the resourceVersion rev.
+func (c *EtcdCodec) DecodeData(data []byte, out runtime.Object, rev int64) error {
+	return c.decoder.Decode(data, out, rev)
+}

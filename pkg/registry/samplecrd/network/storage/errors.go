@@ -54,6 +54,9 @@ func applySchemaError(err error) error {
 // passed), rather than the 500 a raw etcd client error becomes. The generic storage's errors
 // that the registry interprets (not found, conflicts, ...) are storage.StorageErrors and pass
 // through unchanged.
+// StorageError gives etcd's unavailability the API's status for it (see storageError).
+func StorageError(err error) error { return storageError(err) }
+
 func storageError(err error) error {
 	if err == nil {
 		return nil

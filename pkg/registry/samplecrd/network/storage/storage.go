@@ -54,6 +54,9 @@ type REST struct {
 // StatusREST is the storage of networks/status.
 type StatusREST struct {
 	store *genericregistry.Store
+	// nodeBlocks, when set, reads a node's BlockAllocation of a Network, so that an entry's
+	// status.nodes[].blocks is checked to be a subset of it.
+	nodeBlocks NodeBlocksFunc
 }
 
 var (
@@ -99,7 +102,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, al
 	statusStore.UpdateStrategy = statusStrategy
 	statusStore.ResetFieldsStrategy = statusStrategy
 	s.Network = &REST{Store: store, allocations: allocations}
-	s.Status = &StatusREST{&statusStore}
+	s.Status = &StatusREST{store: &statusStore, nodeBlocks: allocations.NodeBlocks}
 	return s, nil
 }
 
@@ -173,7 +176,12 @@ func (i *creatingObjectInfo) UpdatedObject(ctx context.Context, oldObj runtime.O
 	}
 	n, ok := obj.(*samplecrd.Network)
 	if old, isNetwork := oldObj.(*samplecrd.Network); !ok || !isNetwork || old.ResourceVersion != "" {
-		return obj, nil // an update: spec.cidr is immutable, nothing to allocate
+		// An update: spec.cidr is immutable, nothing to allocate. A dry run never reaches the
+		// transaction that moves the gateway key, so it checks the new gateway against the blocks.
+		if ok && isNetwork && i.dryRun && n.Spec.Gateway != old.Spec.Gateway {
+			return obj, i.allocations.checkGateway(ctx, n)
+		}
+		return obj, nil
 	}
 	picked, err := i.allocations.prepare(ctx, n, n.Name, i.attempt, i.dryRun)
 	if err != nil {
@@ -200,7 +208,11 @@ func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOp
 func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, _ bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	// Status writes never create the object.
-	return r.store.Update(ctx, name, checkResourceVersion(objInfo), createValidation, updateValidation, false, options)
+	objInfo = checkResourceVersion(objInfo)
+	if r.nodeBlocks != nil {
+		objInfo = blocksChecker{UpdatedObjectInfo: objInfo, nodeBlocks: r.nodeBlocks}
+	}
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
 }
 
 // GetResetFields returns the fields a status write resets, for server-side apply.

@@ -21,6 +21,8 @@ import (
 	"errors"
 	"fmt"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -46,6 +48,9 @@ type allocatingStore struct {
 	allocator allocator.Interface
 	scoping   allocator.Scoping
 	etcd      *EtcdCodec
+	// blocks and blockObjects are Allocations.Blocks and .BlockObjects.
+	blocks       *allocator.Allocator
+	blockObjects string
 }
 
 // errCreateInstead stops an update that turned out to be a create (server-side apply of a new
@@ -75,7 +80,8 @@ func (g allocatingOptions) GetRESTOptions(resource schema.GroupResource, example
 		}
 		codec := newEtcdCodec(config, resourcePrefix)
 		g.built(codec)
-		return &allocatingStore{Interface: inner, allocator: g.allocations.Allocator, scoping: g.allocations.Scoping, etcd: codec}, destroy, nil
+		return &allocatingStore{Interface: inner, allocator: g.allocations.Allocator, scoping: g.allocations.Scoping, etcd: codec,
+			blocks: g.allocations.Blocks, blockObjects: g.allocations.BlockObjects}, destroy, nil
 	}
 	return opts, nil
 }
@@ -102,7 +108,12 @@ func (s *allocatingStore) Create(ctx context.Context, key string, obj, out runti
 	if err != nil {
 		return err
 	}
-	rev, err := s.allocator.Create(ctx, etcdKey, stored, al)
+	var also []clientv3.Op
+	if gw, ok := allocator.GatewayOf(n); ok && s.blocks != nil {
+		// The UID is new: nothing is stored in its scope yet, so the gateway key needs no guard.
+		also = append(also, clientv3.OpPut(s.blocks.Key(gw.Scope, gw.Prefix), allocator.Value(gw)))
+	}
+	rev, err := s.allocator.Create(ctx, etcdKey, stored, al, also...)
 	switch {
 	case errors.Is(err, allocator.ErrObjectExists):
 		return storage.NewKeyExistsError(etcdKey, 0)
@@ -156,7 +167,15 @@ func (s *allocatingStore) Delete(ctx context.Context, key string, out runtime.Ob
 		if a, ok := s.scoping.AllocationOf(current); ok {
 			al = &a
 		}
-		deleted, rev, err := s.allocator.Delete(ctx, etcdKey, kv.ModRevision, al)
+		var also []clientv3.Op
+		if s.blocks != nil && current.UID != "" {
+			// A Network's blocks go with it: its block keys (and gateway key) and every
+			// BlockAllocation of it (<network>.<node>; Network names hold no dot).
+			also = append(also,
+				clientv3.OpDelete(s.blocks.ScopePrefix(string(current.UID)), clientv3.WithPrefix()),
+				clientv3.OpDelete(s.blockObjects+current.Namespace+"/"+current.Name+".", clientv3.WithPrefix()))
+		}
+		deleted, rev, err := s.allocator.Delete(ctx, etcdKey, kv.ModRevision, al, also...)
 		if err != nil {
 			return storageError(err)
 		}
@@ -174,7 +193,7 @@ func (s *allocatingStore) Delete(ctx context.Context, key string, out runtime.Ob
 func (s *allocatingStore) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
 	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, cachedExistingObject runtime.Object) error {
 	if !ignoreNotFound {
-		return storageError(s.Interface.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, cachedExistingObject))
+		return s.updateMovingGateway(ctx, key, destination, preconditions, tryUpdate, cachedExistingObject)
 	}
 	var created runtime.Object
 	err := s.Interface.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions,

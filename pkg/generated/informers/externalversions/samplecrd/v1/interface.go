@@ -24,6 +24,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// BlockAllocations returns a BlockAllocationInformer.
+	BlockAllocations() TypedBlockAllocationInformer
 	// Networks returns a NetworkInformer.
 	Networks() TypedNetworkInformer
 }
@@ -37,6 +39,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// BlockAllocations returns a TypedBlockAllocationInformer.
+func (v *version) BlockAllocations() TypedBlockAllocationInformer {
+	return &blockAllocationInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // Networks returns a TypedNetworkInformer.

@@ -46,7 +46,12 @@ type Repair struct {
 	scoping        allocator.Scoping
 	networksPrefix string
 	decode         DecodeFunc
+	// blocks, when set, checks the Networks' blocks too (WithBlocks).
+	blocks *blockCheck
 }
+
+// errChangedMeanwhile is a fix's error when what the verifier read changed before the fix.
+var errChangedMeanwhile = errors.New("changed since it was read; the next verification decides again")
 
 // New returns the repair of the allocations alloc holds for the Networks whose etcd keys start
 // with networksPrefix, which decode reads; scoping says what each Network allocates.
@@ -113,6 +118,7 @@ type etcdNetwork struct {
 	network        *samplecrd.Network
 	key            string
 	createRevision int64
+	modRevision    int64
 }
 
 // Verify reads the allocations and the Networks at one etcd revision, reports every violation
@@ -134,7 +140,7 @@ func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 	if err != nil {
 		return v, err
 	}
-	for _, kind := range []string{ViolationOverlap, ViolationOrphan, ViolationMissing, ViolationMismatch, ViolationInvalid} {
+	for _, kind := range append([]string{ViolationOverlap, ViolationOrphan, ViolationMissing, ViolationMismatch, ViolationInvalid}, blockKinds...) {
 		violations.WithLabelValues(kind).Set(float64(v.Count(kind)))
 	}
 	for _, x := range v.Violations {
@@ -157,7 +163,7 @@ func (r *Repair) verify(ctx context.Context) (Verification, error) {
 				v.Violations = append(v.Violations, Violation{Kind: ViolationInvalid, Detail: fmt.Sprintf("%s cannot be decoded: %v", kv.Key, err)})
 				return nil
 			}
-			networks = append(networks, etcdNetwork{network: n, key: string(kv.Key), createRevision: kv.CreateRevision})
+			networks = append(networks, etcdNetwork{network: n, key: string(kv.Key), createRevision: kv.CreateRevision, modRevision: kv.ModRevision})
 			return nil
 		})
 		if errors.Is(err, rpctypes.ErrCompacted) {
@@ -166,8 +172,22 @@ func (r *Repair) verify(ctx context.Context) (Verification, error) {
 		if err != nil {
 			return Verification{}, err
 		}
+		var blockKeys []allocator.Stored
+		var blockObjects []etcdBlockAllocation
+		if r.blocks != nil {
+			blockKeys, blockObjects, err = r.readBlocks(ctx, &v, rev)
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				continue
+			}
+			if err != nil {
+				return Verification{}, err
+			}
+		}
 		v.Revision, v.Networks = rev, len(networks)
 		r.check(ctx, &v, stored, networks)
+		if r.blocks != nil {
+			r.checkBlocks(ctx, &v, blockKeys, blockObjects, networks)
+		}
 		return v, nil
 	}
 }

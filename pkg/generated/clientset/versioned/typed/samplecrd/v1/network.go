@@ -51,6 +51,8 @@ type NetworkInterface interface {
 	Apply(ctx context.Context, network *applyconfigurationsamplecrdv1.NetworkApplyConfiguration, opts metav1.ApplyOptions) (result *samplecrdv1.Network, err error)
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, network *applyconfigurationsamplecrdv1.NetworkApplyConfiguration, opts metav1.ApplyOptions) (result *samplecrdv1.Network, err error)
+	ClaimBlocks(ctx context.Context, networkName string, blockClaim *samplecrdv1.BlockClaim, opts metav1.CreateOptions) (*samplecrdv1.BlockAllocation, error)
+
 	NetworkExpansion
 }
 
@@ -72,4 +74,20 @@ func newNetworks(c *SamplecrdV1Client, namespace string) *networks {
 			gentype.PrefersProtobuf[*samplecrdv1.Network](),
 		),
 	}
+}
+
+// ClaimBlocks takes the representation of a blockClaim and creates it.  Returns the server's representation of the blockAllocation, and an error, if there is any.
+func (c *networks) ClaimBlocks(ctx context.Context, networkName string, blockClaim *samplecrdv1.BlockClaim, opts metav1.CreateOptions) (result *samplecrdv1.BlockAllocation, err error) {
+	result = &samplecrdv1.BlockAllocation{}
+	err = c.GetClient().Post().
+		UseProtobufAsDefault().
+		Namespace(c.GetNamespace()).
+		Resource("networks").
+		Name(networkName).
+		SubResource("blockclaims").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(blockClaim).
+		Do(ctx).
+		Into(result)
+	return
 }

@@ -28,12 +28,17 @@ import (
 
 type SamplecrdV1Interface interface {
 	RESTClient() rest.Interface
+	BlockAllocationsGetter
 	NetworksGetter
 }
 
 // SamplecrdV1Client is used to interact with features provided by the samplecrd.k8s.io group.
 type SamplecrdV1Client struct {
 	restClient rest.Interface
+}
+
+func (c *SamplecrdV1Client) BlockAllocations(namespace string) BlockAllocationInterface {
+	return newBlockAllocations(c, namespace)
 }
 
 func (c *SamplecrdV1Client) Networks(namespace string) NetworkInterface {

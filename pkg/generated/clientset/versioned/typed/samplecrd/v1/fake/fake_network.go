@@ -19,10 +19,14 @@ limitations under the License.
 package fake
 
 import (
+	context "context"
+
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	samplecrdv1 "github.com/samplecrd/network-apiserver/pkg/generated/applyconfiguration/samplecrd/v1"
 	typedsamplecrdv1 "github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/typed/samplecrd/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeNetworks implements NetworkInterface
@@ -46,4 +50,16 @@ func newFakeNetworks(fake *FakeSamplecrdV1, namespace string) typedsamplecrdv1.N
 		),
 		fake,
 	}
+}
+
+// ClaimBlocks takes the representation of a blockClaim and creates it.  Returns the server's representation of the blockAllocation, and an error, if there is any.
+func (c *fakeNetworks) ClaimBlocks(ctx context.Context, networkName string, blockClaim *v1.BlockClaim, opts metav1.CreateOptions) (result *v1.BlockAllocation, err error) {
+	emptyResult := &v1.BlockAllocation{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), networkName, "blockclaims", c.Namespace(), blockClaim, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1.BlockAllocation), err
 }

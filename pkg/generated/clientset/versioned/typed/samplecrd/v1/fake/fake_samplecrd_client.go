@@ -28,6 +28,10 @@ type FakeSamplecrdV1 struct {
 	*testing.Fake
 }
 
+func (c *FakeSamplecrdV1) BlockAllocations(namespace string) v1.BlockAllocationInterface {
+	return newFakeBlockAllocations(c, namespace)
+}
+
 func (c *FakeSamplecrdV1) Networks(namespace string) v1.NetworkInterface {
 	return newFakeNetworks(c, namespace)
 }
