@@ -63,6 +63,8 @@ type ControllerOptions struct {
 	// WatchNode watches the Node named NodeName when a core API client is at hand: while it is
 	// not Ready the node's status entries say NodeNotReady; once it is deleted they are withdrawn.
 	WatchNode bool
+	// MinFreeAddresses is the free addresses the node keeps in its blocks of each Network.
+	MinFreeAddresses int
 }
 
 // Core is what the controller uses of the core Kubernetes API; a nil field turns that use off
@@ -85,6 +87,8 @@ func NewControllerOptions() *ControllerOptions {
 		ResyncPeriod: 10 * time.Minute,
 		GCInterval:   5 * time.Minute,
 		WatchNode:    true,
+
+		MinFreeAddresses: networkcontroller.DefaultMinFreeAddresses,
 	}
 }
 
@@ -103,6 +107,8 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 	fs.IntVar(&c.Workers, "controller-workers", c.Workers, "Networks reconciled in parallel.")
 	fs.DurationVar(&c.ResyncPeriod, "controller-resync-period", c.ResyncPeriod, "How often every Network is compared with the node again.")
 	fs.DurationVar(&c.GCInterval, "controller-gc-interval", c.GCInterval, "How often bridges and configurations without a Network are removed.")
+	fs.IntVar(&c.MinFreeAddresses, "min-free-addresses", c.MinFreeAddresses,
+		"Free addresses the node keeps in its address blocks of each Network: below that it claims another block from the server (a pod ADD itself never asks the server).")
 	fs.BoolVar(&c.WatchNode, "watch-node", c.WatchNode,
 		"Watch the Node named --node-name through the core API (attached mode): while it is not Ready this node's status.nodes entries say NodeNotReady, once it is deleted they are withdrawn. Without such a Node, nothing changes.")
 }
@@ -121,6 +127,9 @@ func (c *ControllerOptions) Validate() []error {
 	}
 	if c.CNIConfDir == "" {
 		errs = append(errs, fmt.Errorf("--cni-conf-dir must not be empty"))
+	}
+	if c.MinFreeAddresses < 1 {
+		errs = append(errs, fmt.Errorf("--min-free-addresses must be at least 1"))
 	}
 	if c.ResyncPeriod <= 0 || c.GCInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--controller-resync-period and --controller-gc-interval must be positive"))
@@ -143,7 +152,7 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 	// for everything that uses the backend.
 	defer backend.Close()
 
-	opts := networkcontroller.Options{NodeName: c.NodeName, GCInterval: c.GCInterval}
+	opts := networkcontroller.Options{NodeName: c.NodeName, GCInterval: c.GCInterval, MinFreeAddresses: c.MinFreeAddresses}
 	if core.Events != nil {
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: core.Events.CoreV1().Events("")})
@@ -163,12 +172,20 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 		defer nodes.Shutdown()
 	}
 	factory := externalversions.NewSharedInformerFactory(client, c.ResyncPeriod)
+	// Only this node's BlockAllocations: the blocks its configurations hand out.
+	blocks := externalversions.NewSharedInformerFactoryWithOptions(client, c.ResyncPeriod,
+		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("nodeName", c.NodeName).String()
+		}))
+	opts.Blocks = blocks.Samplecrd().V1().BlockAllocations()
 	controller, err := networkcontroller.New(client, factory.Samplecrd().V1().Networks(), backend, opts)
 	if err != nil {
 		return err
 	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	blocks.Start(ctx.Done())
+	defer blocks.Shutdown()
 	return controller.Run(ctx, c.Workers)
 }
 

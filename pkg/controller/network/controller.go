@@ -35,6 +35,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	informers "github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions/samplecrd/v1"
 	listers "github.com/samplecrd/network-apiserver/pkg/generated/listers/samplecrd/v1"
@@ -62,6 +63,15 @@ type Options struct {
 	// once it is deleted they are withdrawn; until it has been seen, or without it, entries are
 	// reported as the node finds them.
 	Node coreinformers.NodeInformer
+	// Blocks, when set, is an informer on this node's BlockAllocations (field selector
+	// nodeName=NodeName): the node then hands out addresses only from its own blocks of each
+	// Network, claiming the first on realisation and another whenever fewer than
+	// MinFreeAddresses of them are free. nil keeps the whole prefix in each configuration (the
+	// configuration from before blocks).
+	Blocks informers.BlockAllocationInformer
+	// MinFreeAddresses is the free addresses a node keeps in its blocks of a Network; default
+	// DefaultMinFreeAddresses.
+	MinFreeAddresses int
 }
 
 // Controller converges one node's networks with the Networks in the API.
@@ -82,6 +92,13 @@ type Controller struct {
 	nodeSynced cache.InformerSynced // nil without Options.Node
 	nodeMu     sync.Mutex
 	node       nodeState
+
+	blockLister  listers.BlockAllocationLister // nil without Options.Blocks
+	blocksSynced cache.InformerSynced
+	// claimed holds, per Network key, the answer of the node's last claim until the informer
+	// has seen it, so that a claim is never repeated for want of a watch event.
+	claimedMu sync.Mutex
+	claimed   map[string]*v1.BlockAllocation
 }
 
 // New wires the controller to an informer and a backend.
@@ -108,6 +125,21 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 		leasesSeen: map[string]time.Time{},
 		clock:      clock.RealClock{},
 		queue:      newQueue("network"),
+		claimed:    map[string]*v1.BlockAllocation{},
+	}
+	if opts.MinFreeAddresses == 0 {
+		c.opts.MinFreeAddresses = DefaultMinFreeAddresses
+	}
+	if opts.Blocks != nil {
+		c.blockLister = opts.Blocks.Lister()
+		c.blocksSynced = opts.Blocks.Informer().HasSynced
+		if _, err := opts.Blocks.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueueAllocation,
+			UpdateFunc: func(_, obj interface{}) { c.enqueueAllocation(obj) },
+			DeleteFunc: c.enqueueAllocation,
+		}); err != nil {
+			return nil, err
+		}
 	}
 	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
@@ -146,6 +178,9 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	logger.Info("Starting network controller", "workers", workers)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		return fmt.Errorf("network informer did not sync")
+	}
+	if c.blocksSynced != nil && !cache.WaitForCacheSync(ctx.Done(), c.blocksSynced) {
+		return fmt.Errorf("block allocation informer did not sync")
 	}
 	c.waitForNode(ctx)
 	var running sync.WaitGroup

@@ -22,14 +22,23 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 )
 
+// entryExtra is what a node with blocks adds to its entry.
+type entryExtra struct {
+	blocks []string
+	mtu    int32
+	leases *int32
+}
+
 // report applies this node's status entry, unless it already says the same, and returns the
 // Network as it is afterwards (nil when it is gone).
-func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int32, failure error) (*v1.Network, error) {
+// extra, when set, adds what the node reports about its blocks.
+func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int32, extra *entryExtra, failure error) (*v1.Network, error) {
 	entry := v1.NetworkNodeStatus{
 		NodeName:           c.opts.NodeName,
 		Bridge:             netbackend.BridgeName(n.Namespace + "/" + n.Name),
@@ -37,6 +46,15 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 		ObservedGeneration: n.Generation,
 		Message:            "bridge and CNI configuration match the spec",
 		Attachments:        attachments,
+	}
+	if extra != nil {
+		entry.Blocks = extra.blocks
+		if len(entry.Blocks) == 0 {
+			entry.Blocks = nil
+		}
+		entry.IPAMMode = samplecrd.IPAMModeBlocks
+		entry.MTU = extra.mtu
+		entry.Leases = extra.leases
 	}
 	if failure != nil {
 		entry.Reason, entry.Message = netbackend.ReasonOf(failure), failure.Error()

@@ -58,8 +58,15 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 	}
 	desired, err := desiredOf(key, n)
 	if err != nil {
-		_, err = c.report(ctx, n, 0, err)
+		_, err = c.report(ctx, n, 0, nil, err)
 		return "error", err
+	}
+	var view *blockView
+	if c.blockLister != nil {
+		v := c.firstBlocks(ctx, n, desired.Prefix)
+		view = &v
+		desired.Blocks = v.blocks
+		desired.DefaultRoute = n.Spec.DefaultRoute != nil && *n.Spec.DefaultRoute
 	}
 	changes, outcome, ensureErr := c.backend.Ensure(ctx, desired)
 	attachments := int32(len(outcome.Ports))
@@ -67,11 +74,30 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 		// Ensure stopped part way, so its ports are not the node's: look again.
 		attachments = c.attachments(ctx, key)
 	}
-	if _, err := c.report(ctx, n, attachments, ensureErr); err != nil {
+	var extra *entryExtra
+	failure := ensureErr
+	if view != nil {
+		extra = &entryExtra{blocks: view.cidrs(), mtu: int32(desired.EffectiveMTU())}
+		if ensureErr == nil {
+			if actual, err := c.backend.Observe(ctx, key); err == nil && actual != nil {
+				leases := int32(len(actual.Leases))
+				extra.leases = &leases
+				if view.failure == nil {
+					added, err := c.keepHeadroom(ctx, n, desired.Prefix, desired.Gateway, *view, actual.Leases, len(outcome.Ports))
+					if added {
+						c.queue.Add(key) // realise the new block
+					}
+					view.failure = err
+				}
+			}
+			failure = view.failure
+		}
+	}
+	if _, err := c.report(ctx, n, attachments, extra, failure); err != nil {
 		return "error", err
 	}
-	if ensureErr != nil {
-		return "error", ensureErr
+	if failure != nil {
+		return "error", failure
 	}
 	if len(changes) == 0 {
 		return "in_sync", nil

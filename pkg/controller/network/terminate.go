@@ -57,13 +57,18 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 		c.leasesDone(key)
 		var failure error
 		if desired, err := desiredOf(key, n); err == nil {
+			if c.blockLister != nil {
+				// No claim while the Network goes: the blocks the node holds, if any.
+				desired.Blocks = blocksOf(c.nodeAllocation(n), desired.Prefix)
+				desired.DefaultRoute = n.Spec.DefaultRoute != nil && *n.Spec.DefaultRoute
+			}
 			_, _, failure = c.backend.Ensure(ctx, desired)
 		}
 		if failure == nil {
 			failure = netbackend.Errorf(ReasonTerminating,
 				"the Network is being deleted but %d pod(s) are attached on node %s; the bridge and CNI configuration stay until the runtime detaches them", count, c.opts.NodeName)
 		}
-		if _, err := c.report(ctx, n, count, failure); err != nil {
+		if _, err := c.report(ctx, n, count, nil, failure); err != nil {
 			return "error", err
 		}
 		return "terminating", nil
@@ -74,7 +79,7 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 	if actual != nil && len(actual.Leases) > 0 {
 		if c.leasesPending(key) {
 			// The message does not count down: each recheck would rewrite the status.
-			if _, err := c.report(ctx, n, 0, netbackend.Errorf(ReasonTerminating,
+			if _, err := c.report(ctx, n, 0, nil, netbackend.Errorf(ReasonTerminating,
 				"the Network is being deleted; no pods are attached on node %s, but addresses %s are still leased (a runtime's DEL under way?): waiting for their release, at most %v",
 				c.opts.NodeName, strings.Join(actual.Leases, ", "), c.opts.LeaseGrace)); err != nil {
 				return "error", err
@@ -86,7 +91,7 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 			"network", key, "leases", actual.Leases, "grace", c.opts.LeaseGrace)
 	}
 	c.leasesDone(key)
-	updated, err := c.report(ctx, n, 0, netbackend.Errorf(ReasonTerminating,
+	updated, err := c.report(ctx, n, 0, nil, netbackend.Errorf(ReasonTerminating,
 		"the Network is being deleted; no pods are attached on node %s", c.opts.NodeName))
 	if err != nil || updated == nil {
 		return "error", err

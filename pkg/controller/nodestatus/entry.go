@@ -55,15 +55,33 @@ func MarkNodeNotReady(entry v1.NetworkNodeStatus, why string) v1.NetworkNodeStat
 // afterwards, nil when it is gone. With resourceVersion set, the apply fails with a conflict
 // when the Network has changed since.
 func ApplyNodeEntry(ctx context.Context, client versioned.Interface, n *v1.Network, entry v1.NetworkNodeStatus, resourceVersion string) (*v1.Network, error) {
-	apply := applyv1.Network(n.Name, n.Namespace).WithStatus(applyv1.NetworkStatus().WithNodes(
-		applyv1.NetworkNodeStatus().
-			WithNodeName(entry.NodeName).
-			WithBridge(entry.Bridge).
-			WithReady(entry.Ready).
-			WithReason(entry.Reason).
-			WithMessage(entry.Message).
-			WithObservedGeneration(entry.ObservedGeneration).
-			WithAttachments(entry.Attachments)))
+	node := applyv1.NetworkNodeStatus().
+		WithNodeName(entry.NodeName).
+		WithBridge(entry.Bridge).
+		WithReady(entry.Ready).
+		WithReason(entry.Reason).
+		WithMessage(entry.Message).
+		WithObservedGeneration(entry.ObservedGeneration).
+		WithAttachments(entry.Attachments)
+	if entry.UnderlayAddress != "" {
+		node.WithUnderlayAddress(entry.UnderlayAddress)
+	}
+	if entry.VXLAN != "" {
+		node.WithVXLAN(entry.VXLAN)
+	}
+	if len(entry.Blocks) > 0 {
+		node.WithBlocks(entry.Blocks...)
+	}
+	if entry.MTU != 0 {
+		node.WithMTU(entry.MTU)
+	}
+	if entry.IPAMMode != "" {
+		node.WithIPAMMode(entry.IPAMMode)
+	}
+	if entry.Leases != nil {
+		node.WithLeases(*entry.Leases)
+	}
+	apply := applyv1.Network(n.Name, n.Namespace).WithStatus(applyv1.NetworkStatus().WithNodes(node))
 	if resourceVersion != "" {
 		apply.WithResourceVersion(resourceVersion)
 	}

@@ -1,0 +1,232 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package network
+
+import (
+	"context"
+	"math/big"
+	"net/netip"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// Reasons of a node's entry about its blocks.
+const (
+	// ReasonAddressesExhausted: the node needs a block (its first, or another because its free
+	// addresses ran low) and the Network has none left.
+	ReasonAddressesExhausted = "AddressesExhausted"
+	// ReasonReconciling: the node's first block is being claimed (no configuration yet).
+	ReasonReconciling = "Reconciling"
+)
+
+// DefaultMinFreeAddresses is how many free addresses a node keeps in its blocks of a Network:
+// below that it claims another block.
+const DefaultMinFreeAddresses = 16
+
+// blockView is what the node holds of a Network's blocks and how much of them is in use.
+type blockView struct {
+	blocks []netip.Prefix
+	// failure, when set, is why the node lacks a block it needs (the claim's error).
+	failure error
+}
+
+// cidrs are the blocks as strings, for the entry.
+func (v blockView) cidrs() []string {
+	out := make([]string, 0, len(v.blocks))
+	for _, b := range v.blocks {
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// nodeAllocation returns this node's BlockAllocation of n as the controller knows it: the
+// informer's object, or the answer of a claim when that holds more blocks (the informer has not
+// seen the claim yet). nil when the node holds none.
+func (c *Controller) nodeAllocation(n *v1.Network) *v1.BlockAllocation {
+	var found *v1.BlockAllocation
+	objs, err := c.blockLister.BlockAllocations(n.Namespace).List(labels.Everything())
+	if err == nil {
+		for _, o := range objs {
+			if o.Network == n.Name && o.NodeName == c.opts.NodeName && o.NetworkUID == string(n.UID) {
+				found = o
+				break
+			}
+		}
+	}
+	key := n.Namespace + "/" + n.Name
+	c.claimedMu.Lock()
+	defer c.claimedMu.Unlock()
+	if claimed := c.claimed[key]; claimed != nil {
+		switch {
+		case claimed.NetworkUID != string(n.UID):
+			delete(c.claimed, key)
+		case found == nil || len(claimed.Blocks) > len(found.Blocks):
+			return claimed
+		default:
+			delete(c.claimed, key) // the informer caught up
+		}
+	}
+	return found
+}
+
+// blocksOf parses an allocation's blocks, keeping those inside prefix.
+func blocksOf(a *v1.BlockAllocation, prefix netip.Prefix) []netip.Prefix {
+	out := []netip.Prefix{}
+	if a == nil {
+		return out
+	}
+	for _, b := range a.Blocks {
+		p, err := netip.ParsePrefix(b.CIDR)
+		if err != nil || !prefix.Contains(p.Addr()) || p.Bits() < prefix.Bits() {
+			continue
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}
+
+// claim asks the server for one more block of n for this node and remembers the answer.
+func (c *Controller) claim(ctx context.Context, n *v1.Network) (*v1.BlockAllocation, error) {
+	a, err := c.client.SamplecrdV1().Networks(n.Namespace).ClaimBlocks(ctx, n.Name,
+		&v1.BlockClaim{NodeName: c.opts.NodeName}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, claimError(n, err)
+	}
+	c.claimedMu.Lock()
+	c.claimed[n.Namespace+"/"+n.Name] = a
+	c.claimedMu.Unlock()
+	klog.FromContext(ctx).Info("Claimed an address block", "network", klog.KObj(n), "blocks", len(a.Blocks))
+	return a, nil
+}
+
+// claimError gives a failed claim its entry reason: AddressesExhausted with the server's
+// message when no block is left, else Reconciling (retried).
+func claimError(n *v1.Network, err error) error {
+	if status, ok := err.(apierrors.APIStatus); ok && string(status.Status().Reason) == ReasonAddressesExhausted {
+		return netbackend.Errorf(ReasonAddressesExhausted, "%s", status.Status().Message)
+	}
+	return netbackend.Errorf(ReasonReconciling, "claiming an address block of %s/%s: %v", n.Namespace, n.Name, err)
+}
+
+// firstBlocks returns the node's blocks of n, claiming the first one when it holds none. With
+// none (the claim failed), the view's blocks are empty but not nil: no configuration is written.
+func (c *Controller) firstBlocks(ctx context.Context, n *v1.Network, prefix netip.Prefix) blockView {
+	a := c.nodeAllocation(n)
+	if blocks := blocksOf(a, prefix); len(blocks) > 0 {
+		return blockView{blocks: blocks}
+	}
+	a, err := c.claim(ctx, n)
+	if err != nil {
+		return blockView{blocks: []netip.Prefix{}, failure: err}
+	}
+	blocks := blocksOf(a, prefix)
+	if len(blocks) == 0 {
+		return blockView{blocks: blocks, failure: netbackend.Errorf(ReasonReconciling, "the claim answered no block of %s inside %s", n.Name, prefix)}
+	}
+	return blockView{blocks: blocks}
+}
+
+// keepHeadroom claims another block when fewer than MinFreeAddresses of the node's blocks are
+// free. used is the larger of the leases inside the blocks and the attached ports (a port is
+// attached before its address is leased). It reports whether a block was added; a failed claim
+// is returned.
+func (c *Controller) keepHeadroom(ctx context.Context, n *v1.Network, prefix netip.Prefix, gateway netip.Addr, v blockView, leases []string, ports int) (bool, error) {
+	free := freeAddresses(v.blocks, prefix, gateway, leases, ports)
+	if free >= int64(c.opts.MinFreeAddresses) {
+		return false, nil
+	}
+	klog.FromContext(ctx).V(2).Info("Free addresses below the threshold; claiming another block",
+		"network", klog.KObj(n), "free", free, "min", c.opts.MinFreeAddresses)
+	if _, err := c.claim(ctx, n); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// freeAddresses counts the addresses host-local can still hand out from blocks.
+func freeAddresses(blocks []netip.Prefix, prefix netip.Prefix, gateway netip.Addr, leases []string, ports int) int64 {
+	var total int64
+	for _, b := range blocks {
+		total += usable(b, prefix, gateway)
+	}
+	leased := 0
+	for _, l := range leases {
+		ip, err := netip.ParseAddr(l)
+		if err != nil {
+			continue
+		}
+		for _, b := range blocks {
+			if b.Contains(ip) {
+				leased++
+				break
+			}
+		}
+	}
+	return total - int64(max(leased, ports))
+}
+
+// usable is the number of addresses of block host-local hands out: the block without the
+// prefix's network and broadcast addresses and the gateway (capped for huge IPv6 blocks).
+func usable(block, prefix netip.Prefix, gateway netip.Addr) int64 {
+	host := block.Addr().BitLen() - block.Bits()
+	if host > 40 {
+		return 1 << 40
+	}
+	n := int64(1) << host
+	first := block.Masked().Addr()
+	last := lastAddr(block)
+	if first == prefix.Masked().Addr() {
+		n--
+	}
+	if prefix.Addr().Is4() && last == lastAddr(prefix) {
+		n--
+	}
+	if block.Contains(gateway) {
+		n--
+	}
+	return max(n, 0)
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	v := new(big.Int).SetBytes(b)
+	host := p.Addr().BitLen() - p.Bits()
+	v.Or(v, new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), uint(host)), big.NewInt(1)))
+	out := make([]byte, len(b))
+	v.FillBytes(out)
+	a, _ := netip.AddrFromSlice(out)
+	return a
+}
+
+// enqueueAllocation queues the Network of a BlockAllocation of this node.
+func (c *Controller) enqueueAllocation(obj interface{}) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	a, ok := obj.(*v1.BlockAllocation)
+	if !ok || a.NodeName != c.opts.NodeName {
+		return
+	}
+	c.queue.Add(a.Namespace + "/" + a.Network)
+}
