@@ -23,6 +23,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"sync"
@@ -65,6 +66,11 @@ type ControllerOptions struct {
 	WatchNode bool
 	// MinFreeAddresses is the free addresses the node keeps in its blocks of each Network.
 	MinFreeAddresses int
+	// UnderlayAddress, UnderlayInterface and OverlayMTU place the node on the network between
+	// nodes (see AddFlags); all empty: no segment, one node alone.
+	UnderlayAddress   string
+	UnderlayInterface string
+	OverlayMTU        int
 }
 
 // Core is what the controller uses of the core Kubernetes API; a nil field turns that use off
@@ -109,6 +115,12 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 	fs.DurationVar(&c.GCInterval, "controller-gc-interval", c.GCInterval, "How often bridges and configurations without a Network are removed.")
 	fs.IntVar(&c.MinFreeAddresses, "min-free-addresses", c.MinFreeAddresses,
 		"Free addresses the node keeps in its address blocks of each Network: below that it claims another block from the server (a pod ADD itself never asks the server).")
+	fs.StringVar(&c.UnderlayAddress, "underlay-address", c.UnderlayAddress,
+		"This node's address on the network between nodes: the source of its VXLAN traffic and what the other nodes send to. Empty: --underlay-interface's address.")
+	fs.StringVar(&c.UnderlayInterface, "underlay-interface", c.UnderlayInterface,
+		"Interface (in --backend-netns) of the network between nodes; its first global address is the underlay address unless --underlay-address is set. Neither set: no segment across nodes.")
+	fs.IntVar(&c.OverlayMTU, "overlay-mtu", c.OverlayMTU,
+		"MTU of each Network's bridge, VXLAN device and pods when the node has an underlay; 0: the underlay interface's MTU (1500 without one) minus the VXLAN overhead (50, 70 over IPv6).")
 	fs.BoolVar(&c.WatchNode, "watch-node", c.WatchNode,
 		"Watch the Node named --node-name through the core API (attached mode): while it is not Ready this node's status.nodes entries say NodeNotReady, once it is deleted they are withdrawn. Without such a Node, nothing changes.")
 }
@@ -127,6 +139,14 @@ func (c *ControllerOptions) Validate() []error {
 	}
 	if c.CNIConfDir == "" {
 		errs = append(errs, fmt.Errorf("--cni-conf-dir must not be empty"))
+	}
+	if c.UnderlayAddress != "" {
+		if _, err := netip.ParseAddr(c.UnderlayAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--underlay-address: %v", err))
+		}
+	}
+	if c.OverlayMTU != 0 && (c.OverlayMTU < 68 || c.OverlayMTU > 65535) {
+		errs = append(errs, fmt.Errorf("--overlay-mtu must be 0 or between 68 and 65535"))
 	}
 	if c.MinFreeAddresses < 1 {
 		errs = append(errs, fmt.Errorf("--min-free-addresses must be at least 1"))
@@ -153,6 +173,10 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 	defer backend.Close()
 
 	opts := networkcontroller.Options{NodeName: c.NodeName, GCInterval: c.GCInterval, MinFreeAddresses: c.MinFreeAddresses}
+	if opts.Underlay, opts.OverlayMTU, err = c.underlay(); err != nil {
+		return err
+	}
+	opts.UnderlayLink = c.UnderlayInterface
 	if core.Events != nil {
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: core.Events.CoreV1().Events("")})

@@ -22,6 +22,7 @@ package network
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -72,6 +73,12 @@ type Options struct {
 	// MinFreeAddresses is the free addresses a node keeps in its blocks of a Network; default
 	// DefaultMinFreeAddresses.
 	MinFreeAddresses int
+	// Underlay, when valid, is this node's address between nodes: the pods get OverlayMTU, and
+	// a Network with a VNI joins its bridges across nodes through a VXLAN device from there
+	// (over UnderlayLink when set). Invalid: no segment, standalone single-node operation.
+	Underlay     netip.Addr
+	UnderlayLink string
+	OverlayMTU   int
 }
 
 // Controller converges one node's networks with the Networks in the API.

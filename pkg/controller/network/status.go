@@ -30,9 +30,13 @@ import (
 
 // entryExtra is what a node with blocks adds to its entry.
 type entryExtra struct {
-	blocks []string
-	mtu    int32
-	leases *int32
+	// blocksMode: the node hands out addresses from its blocks only.
+	blocksMode bool
+	underlay   string
+	vxlan      string
+	blocks     []string
+	mtu        int32
+	leases     *int32
 }
 
 // report applies this node's status entry, unless it already says the same, and returns the
@@ -52,7 +56,10 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 		if len(entry.Blocks) == 0 {
 			entry.Blocks = nil
 		}
-		entry.IPAMMode = samplecrd.IPAMModeBlocks
+		if extra.blocksMode {
+			entry.IPAMMode = samplecrd.IPAMModeBlocks
+		}
+		entry.UnderlayAddress, entry.VXLAN = extra.underlay, extra.vxlan
 		entry.MTU = extra.mtu
 		entry.Leases = extra.leases
 	}

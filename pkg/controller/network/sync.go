@@ -61,6 +61,7 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 		_, err = c.report(ctx, n, 0, nil, err)
 		return "error", err
 	}
+	c.withSegment(&desired, n)
 	var view *blockView
 	if c.blockLister != nil {
 		v := c.firstBlocks(ctx, n, desired.Prefix)
@@ -76,18 +77,35 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 	}
 	var extra *entryExtra
 	failure := ensureErr
+	if view != nil || c.opts.Underlay.IsValid() {
+		extra = &entryExtra{mtu: int32(desired.EffectiveMTU())}
+		if c.opts.Underlay.IsValid() {
+			extra.underlay = c.opts.Underlay.String()
+		}
+	}
 	if view != nil {
-		extra = &entryExtra{blocks: view.cidrs(), mtu: int32(desired.EffectiveMTU())}
+		extra.blocks = view.cidrs()
+		extra.blocksMode = true
 		if ensureErr == nil {
 			if actual, err := c.backend.Observe(ctx, key); err == nil && actual != nil {
+				if desired.Segment != nil {
+					if actual.Segment == nil {
+						view.failure = netbackend.Errorf(netbackend.ReasonSegmentDown,
+							"the VXLAN device %s of the Network's segment is missing on node %s", netbackend.SegmentDeviceName(key), c.opts.NodeName)
+					} else {
+						extra.vxlan = actual.Segment.Device
+					}
+				}
 				leases := int32(len(actual.Leases))
 				extra.leases = &leases
-				if view.failure == nil {
+				if view.failure == nil || netbackend.ReasonOf(view.failure) == netbackend.ReasonSegmentDown {
 					added, err := c.keepHeadroom(ctx, n, desired.Prefix, desired.Gateway, *view, actual.Leases, len(outcome.Ports))
 					if added {
 						c.queue.Add(key) // realise the new block
 					}
-					view.failure = err
+					if err != nil {
+						view.failure = err
+					}
 				}
 			}
 			failure = view.failure

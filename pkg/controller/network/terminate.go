@@ -57,6 +57,7 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 		c.leasesDone(key)
 		var failure error
 		if desired, err := desiredOf(key, n); err == nil {
+			c.withSegment(&desired, n)
 			if c.blockLister != nil {
 				// No claim while the Network goes: the blocks the node holds, if any.
 				desired.Blocks = blocksOf(c.nodeAllocation(n), desired.Prefix)

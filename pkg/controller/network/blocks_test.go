@@ -1,0 +1,235 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package network
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clienttesting "k8s.io/client-go/testing"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
+)
+
+// blocksFixture is a fixture whose controller claims blocks, against a fake server that hands
+// out the blocks of free in order (an empty free list answers AddressesExhausted).
+type blocksFixture struct {
+	*fixture
+	free   []string
+	claims int
+}
+
+func newBlocksFixture(t *testing.T, n *v1.Network, free ...string) *blocksFixture {
+	t.Helper()
+	f := newFixture(t, n)
+	bf := &blocksFixture{fixture: f, free: free}
+	factory := externalversions.NewSharedInformerFactory(f.client, 0)
+	blocks := factory.Samplecrd().V1().BlockAllocations()
+	c, err := New(f.client, externalversions.NewSharedInformerFactory(f.client, 0).Samplecrd().V1().Networks(), f.backend,
+		Options{NodeName: "node-a", MaxRetries: 2, Blocks: blocks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.queue.ShutDown)
+	c.lister = f.controller.lister // the fixture's indexer
+	f.controller = c
+	held := &v1.BlockAllocation{
+		ObjectMeta: metav1.ObjectMeta{Namespace: n.Namespace, Name: n.Name + ".node-a"},
+		Network:    n.Name, NetworkUID: string(n.UID), NodeName: "node-a",
+	}
+	f.client.PrependReactor("create", "networks", func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "blockclaims" {
+			return false, nil, nil
+		}
+		bf.claims++
+		if len(bf.free) == 0 {
+			return true, nil, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 409,
+				Reason: "AddressesExhausted", Message: "10.66.0.0/24: no free address block for node-a (16 blocks held by 3 nodes)"}}
+		}
+		held = held.DeepCopy()
+		held.Blocks = append(held.Blocks, v1.Block{CIDR: bf.free[0], Origin: "Claimed"})
+		bf.free = bf.free[1:]
+		return true, held.DeepCopy(), nil
+	})
+	return bf
+}
+
+func blockNetwork() *v1.Network {
+	n := network("web", "10.66.0.0/24", "10.66.0.1", 1)
+	n.UID = types.UID("uid-web")
+	return n
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	out := []netip.Prefix{}
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+func TestFirstBlockIsClaimedOnceAndConfigured(t *testing.T) {
+	f := newBlocksFixture(t, blockNetwork(), "10.66.0.16/28", "10.66.0.32/28")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if f.claims != 1 {
+		t.Fatalf("claims on realisation: %d, want 1", f.claims)
+	}
+	d, ok := f.backend.Desired("team/web")
+	if !ok || !slices.Equal(d.Blocks, prefixes("10.66.0.16/28")) {
+		t.Fatalf("desired blocks: %v, want [10.66.0.16/28]", d.Blocks)
+	}
+	if f.backend.Get("team/web").CNIConfig == nil {
+		t.Fatal("no CNI configuration although the node holds a block")
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 {
+		t.Fatalf("status applies: %+v", applied)
+	}
+	e := applied[0]
+	if !e.Ready || e.IPAMMode != "Blocks" || !slices.Equal(e.Blocks, []string{"10.66.0.16/28"}) || e.Leases == nil || *e.Leases != 0 || e.MTU != 1500 {
+		t.Fatalf("entry: %+v", e)
+	}
+	// The informer has not seen the claim: the next syncs must not claim again (16 free of 16,
+	// not below the threshold either).
+	f.refresh("web")
+	for range 3 {
+		if _, err := f.sync("team/web"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.claims != 1 {
+		t.Fatalf("claims after resyncs: %d, want 1", f.claims)
+	}
+}
+
+func TestAnotherBlockIsClaimedBeforeTheBlocksRunOut(t *testing.T) {
+	f := newBlocksFixture(t, blockNetwork(), "10.66.0.16/28", "10.66.0.32/28")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	f.refresh("web")
+	var leases []string
+	for i := range 3 {
+		leases = append(leases, fmt.Sprintf("10.66.0.%d", 16+i))
+	}
+	f.backend.SetLeases("team/web", leases...)
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if f.claims != 2 {
+		t.Fatalf("claims with 13 of 16 free (threshold 16): %d, want 2", f.claims)
+	}
+	if f.controller.queue.Len() != 1 {
+		t.Fatalf("the new block is not queued for realisation: queue length %d", f.controller.queue.Len())
+	}
+	f.refresh("web")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := f.backend.Desired("team/web"); !slices.Equal(d.Blocks, prefixes("10.66.0.16/28", "10.66.0.32/28")) {
+		t.Fatalf("desired blocks after the second claim: %v", d.Blocks)
+	}
+	if f.claims != 2 {
+		t.Fatalf("claims with 29 of 32 free: %d, want 2", f.claims)
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || len(applied[0].Blocks) != 2 || applied[0].Leases == nil || *applied[0].Leases != 3 {
+		t.Fatalf("entry after the second block: %+v", applied)
+	}
+}
+
+func TestPortsCountBeforeLeases(t *testing.T) {
+	f := newBlocksFixture(t, blockNetwork(), "10.66.0.16/28", "10.66.0.32/28")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	f.refresh("web")
+	f.backend.SetPorts("team/web", "veth1") // attached, address not yet leased
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if f.claims != 2 {
+		t.Fatalf("claims with a port attached and 16 addresses: %d, want 2", f.claims)
+	}
+}
+
+func TestAddressesExhaustedIsReported(t *testing.T) {
+	f := newBlocksFixture(t, blockNetwork())
+	if _, err := f.sync("team/web"); err == nil {
+		t.Fatal("sync without any block succeeded; want an error (retried)")
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 {
+		t.Fatalf("status applies: %+v", applied)
+	}
+	e := applied[0]
+	if e.Ready || e.Reason != ReasonAddressesExhausted || e.Message != "10.66.0.0/24: no free address block for node-a (16 blocks held by 3 nodes)" || len(e.Blocks) != 0 {
+		t.Fatalf("entry without a block: %+v", e)
+	}
+	if a := f.backend.Get("team/web"); a == nil || a.CNIConfig != nil {
+		t.Fatalf("the node without a block has a CNI configuration (or no bridge): %+v", a)
+	}
+	if d, _ := f.backend.Desired("team/web"); d.Blocks == nil || len(d.Blocks) != 0 {
+		t.Fatalf("desired blocks without a block: %#v, want empty and not nil", d.Blocks)
+	}
+}
+
+func TestExhaustedWhenRunningLow(t *testing.T) {
+	f := newBlocksFixture(t, blockNetwork(), "10.66.0.16/28")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	f.refresh("web")
+	f.backend.SetLeases("team/web", "10.66.0.16", "10.66.0.17")
+	if _, err := f.sync("team/web"); err == nil {
+		t.Fatal("sync with no block left for headroom succeeded")
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || applied[0].Ready || applied[0].Reason != ReasonAddressesExhausted || !slices.Equal(applied[0].Blocks, []string{"10.66.0.16/28"}) {
+		t.Fatalf("entry: %+v", applied)
+	}
+	if f.backend.Get("team/web").CNIConfig == nil {
+		t.Fatal("the node's configuration went although its block still has free addresses")
+	}
+}
+
+func TestUsable(t *testing.T) {
+	p := netip.MustParsePrefix("10.66.0.0/24")
+	gw := netip.MustParseAddr("10.66.0.1")
+	for _, tc := range []struct {
+		block string
+		want  int64
+	}{
+		{"10.66.0.16/28", 16}, {"10.66.0.0/30", 2}, {"10.66.0.240/28", 15}, {"10.66.0.2/31", 2},
+	} {
+		if got := usable(netip.MustParsePrefix(tc.block), p, gw); got != tc.want {
+			t.Errorf("usable(%s) = %d, want %d", tc.block, got, tc.want)
+		}
+	}
+	if got := usable(netip.MustParsePrefix("fd00::/64"), netip.MustParsePrefix("fd00::/48"), netip.MustParseAddr("fd00::1")); got != 1<<40 {
+		t.Errorf("usable of a /64 block: %d", got)
+	}
+}
