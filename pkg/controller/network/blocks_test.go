@@ -233,3 +233,48 @@ func TestUsable(t *testing.T) {
 		t.Errorf("usable of a /64 block: %d", got)
 	}
 }
+
+func TestSegmentFromVNIAndPeers(t *testing.T) {
+	n := blockNetwork()
+	n.Status.VNI = 1048577
+	n.Status.Nodes = []v1.NetworkNodeStatus{
+		{NodeName: "node-b", UnderlayAddress: "192.168.77.2"},
+		{NodeName: "node-c", UnderlayAddress: "192.168.77.3"},
+		{NodeName: "node-d", UnderlayAddress: "192.168.77.4", Reason: ReasonNodeDeleted},
+		{NodeName: "node-e", UnderlayAddress: "fd00::5"},
+		{NodeName: "node-f"},
+	}
+	f := newBlocksFixture(t, n, "10.66.0.16/28")
+	f.controller.opts.Underlay = netip.MustParseAddr("192.168.77.1")
+	f.controller.opts.UnderlayLink = "eth0"
+	f.controller.opts.OverlayMTU = 1450
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := f.backend.Desired("team/web")
+	if d.Segment == nil || d.Segment.VNI != 1048577 || d.Segment.UnderlayAddress != f.controller.opts.Underlay || d.Segment.UnderlayLink != "eth0" ||
+		!slices.Equal(d.Segment.Peers, []netip.Addr{netip.MustParseAddr("192.168.77.2"), netip.MustParseAddr("192.168.77.3")}) || d.EffectiveMTU() != 1450 {
+		t.Fatalf("desired segment: %+v (MTU %d)", d.Segment, d.EffectiveMTU())
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || applied[0].UnderlayAddress != "192.168.77.1" || applied[0].VXLAN == "" || applied[0].MTU != 1450 || !applied[0].Ready {
+		t.Fatalf("entry with a segment: %+v", applied)
+	}
+}
+
+func TestNoVNIMeansNoSegmentButOverlayMTU(t *testing.T) {
+	f := newBlocksFixture(t, blockNetwork(), "10.66.0.16/28")
+	f.controller.opts.Underlay = netip.MustParseAddr("192.168.77.1")
+	f.controller.opts.OverlayMTU = 1450
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := f.backend.Desired("team/web")
+	if d.Segment != nil || d.EffectiveMTU() != 1450 {
+		t.Fatalf("desired without a VNI: segment %+v, MTU %d", d.Segment, d.EffectiveMTU())
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || applied[0].UnderlayAddress != "192.168.77.1" || applied[0].VXLAN != "" || applied[0].MTU != 1450 {
+		t.Fatalf("entry without a VNI: %+v", applied)
+	}
+}
