@@ -187,14 +187,16 @@ func TestMultiNodeAddressesUnique(t *testing.T) {
 			return false, nil
 		}
 		for _, e := range nw.Status.Nodes {
-			if !e.Ready || e.IPAMMode != "Blocks" || len(e.Blocks) == 0 || e.Leases == nil || *e.Leases != perNode {
+			// MTU: the underlay's 1500 minus VXLAN's 50, from the first pod on.
+			if !e.Ready || e.IPAMMode != "Blocks" || len(e.Blocks) == 0 || e.Leases == nil || *e.Leases != perNode ||
+				e.MTU != 1450 || e.UnderlayAddress == "" {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("the entries never reported ready, ipamMode Blocks, their blocks and %d leases: %+v", perNode, nw.Status.Nodes)
+		t.Fatalf("the entries never reported ready, ipamMode Blocks, their blocks, %d leases, MTU 1450 and their underlay: %+v", perNode, nw.Status.Nodes)
 	}
 
 	// Across nodes: only once the server gives the Network a VNI (the segment needs one).

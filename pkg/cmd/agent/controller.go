@@ -201,7 +201,9 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("nodeName", c.NodeName).String()
 		}))
-	opts.Blocks = blocks.Samplecrd().V1().BlockAllocations()
+	if servesBlocks(client) {
+		opts.Blocks = blocks.Samplecrd().V1().BlockAllocations()
+	}
 	controller, err := networkcontroller.New(client, factory.Samplecrd().V1().Networks(), backend, opts)
 	if err != nil {
 		return err
@@ -220,6 +222,20 @@ func servesNodes(client kubernetes.Interface) bool {
 	if err == nil && !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "nodes" }) ||
 		apierrors.IsNotFound(err) {
 		klog.InfoS("The endpoint serves no Nodes: this node's Node is not watched (--watch-node)")
+		return false
+	}
+	return true
+}
+
+// servesBlocks says whether client's endpoint serves BlockAllocations. A server from before
+// blocks does not: the node then keeps the whole prefix in its configurations (as that server's
+// agents do) rather than waiting for an informer that never syncs. Other errors count as
+// serving: the informer retries.
+func servesBlocks(client versioned.Interface) bool {
+	resources, err := client.Discovery().ServerResourcesForGroupVersion("samplecrd.k8s.io/v1")
+	if err == nil && !slices.ContainsFunc(resources.APIResources, func(r metav1.APIResource) bool { return r.Name == "blockallocations" }) ||
+		apierrors.IsNotFound(err) {
+		klog.InfoS("The endpoint serves no BlockAllocations (a server from before blocks): this node hands out addresses from the whole prefix of each Network")
 		return false
 	}
 	return true

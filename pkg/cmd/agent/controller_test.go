@@ -1,0 +1,63 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package agent
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/fake"
+)
+
+func TestServesBlocks(t *testing.T) {
+	c := fake.NewClientset()
+	if servesBlocks(c) {
+		t.Fatal("an endpoint without samplecrd.k8s.io/v1 serves blocks")
+	}
+	c.Resources = []*metav1.APIResourceList{{GroupVersion: "samplecrd.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "networks"}}}}
+	if servesBlocks(c) {
+		t.Fatal("a server from before blocks (networks only) serves blocks")
+	}
+	c.Resources[0].APIResources = append(c.Resources[0].APIResources, metav1.APIResource{Name: "blockallocations"})
+	if !servesBlocks(c) {
+		t.Fatal("a server with blockallocations does not serve blocks")
+	}
+}
+
+func TestUnderlayFlags(t *testing.T) {
+	o := NewControllerOptions()
+	if addr, mtu, err := o.underlay(); err != nil || addr.IsValid() || mtu != 0 {
+		t.Fatalf("no underlay flags: %v %d %v", addr, mtu, err)
+	}
+	o.UnderlayAddress = "192.168.77.1"
+	if addr, mtu, err := o.underlay(); err != nil || addr.String() != "192.168.77.1" || mtu != 1450 {
+		t.Fatalf("--underlay-address: %v %d %v", addr, mtu, err)
+	}
+	o.UnderlayAddress = "fd00::1"
+	if _, mtu, err := o.underlay(); err != nil || mtu != 1430 {
+		t.Fatalf("IPv6 --underlay-address: MTU %d %v", mtu, err)
+	}
+	o.OverlayMTU = 1400
+	if _, mtu, _ := o.underlay(); mtu != 1400 {
+		t.Fatalf("--overlay-mtu: %d", mtu)
+	}
+	o.UnderlayAddress = "not-an-address"
+	if errs := o.Validate(); len(errs) == 0 {
+		t.Fatal("a bad --underlay-address validated")
+	}
+}
