@@ -25,6 +25,9 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
@@ -34,8 +37,10 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1beta1"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver/fastjson"
 	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator/repair"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 	networkstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/storage"
 )
 
@@ -60,6 +65,8 @@ type ExtraConfig struct {
 	Blocks *allocator.Allocator
 	// BlockSizes are the sizes claims hand out.
 	BlockSizes blockstorage.BlockSizes
+	// VNIs are the Networks' VNI keys; nil assigns no VNIs.
+	VNIs *segment.VNIs
 	// VerifyInterval is how often the allocation invariant is verified (and what is safe to fix,
 	// fixed), starting right after the server starts.
 	VerifyInterval time.Duration
@@ -93,7 +100,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	if c.extra.Allocator == nil {
 		return nil, fmt.Errorf("creating network storage: no allocator")
 	}
-	allocations := &networkstorage.Allocations{Allocator: c.extra.Allocator, Scoping: c.extra.Scoping, Pools: c.extra.Pools}
+	allocations := &networkstorage.Allocations{Allocator: c.extra.Allocator, Scoping: c.extra.Scoping, Pools: c.extra.Pools,
+		VNIs: c.extra.VNIs}
 	var blockAllocations *blockstorage.REST
 	if c.extra.Blocks != nil {
 		if blockAllocations, err = blockstorage.NewREST(Scheme, c.generic.RESTOptionsGetter); err != nil {
@@ -145,6 +153,11 @@ func (c CompletedConfig) New() (*Server, error) {
 				return b, blockAllocations.Etcd.DecodeInto(ctx, kv, b)
 			})
 	}
+	if c.extra.VNIs != nil {
+		// VNIs: keys of Networks stored without one (older replicas) assigned, keys of gone
+		// Networks removed, status.vni mirrored from the keys.
+		verifier.WithVNIs(c.extra.VNIs, mirrorVNI(storage.Status, c.extra.VNIs))
+	}
 	generic.AddPostStartHookOrDie("verify-network-allocations", func(hook genericapiserver.PostStartHookContext) error {
 		go verifier.Run(hook, c.extra.VerifyInterval)
 		return nil
@@ -158,4 +171,30 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	return &Server{GenericAPIServer: generic}, nil
+}
+
+// vniFieldManager is the field manager of the server's writes of status.vni.
+const vniFieldManager = "network-apiserver/segment"
+
+// mirrorVNI returns the write of a Network's status.vni from its VNI key through the status
+// storage, in process and marked as the server's (network.WithServerOwnedStatus), so that the
+// status strategy keeps it; a Network replaced by another of the same name is left alone.
+func mirrorVNI(status *networkstorage.StatusREST, vnis *segment.VNIs) repair.MirrorVNIFunc {
+	return func(ctx context.Context, namespace, name string, uid types.UID) error {
+		ctx = network.WithServerOwnedStatus(genericapirequest.WithNamespace(ctx, namespace))
+		_, _, err := status.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil, func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
+			n := old.(*samplecrd.Network).DeepCopy()
+			if n.UID != uid {
+				return nil, fmt.Errorf("network %s/%s is another one (uid %s) than the one read (uid %s)", namespace, name, n.UID, uid)
+			}
+			// The keys as they are now: the status copies the truth, not what was read before.
+			v, _, err := vnis.Of(ctx, string(uid))
+			if err != nil {
+				return nil, err
+			}
+			n.Status.VNI = v
+			return n, nil
+		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{FieldManager: vniFieldManager})
+		return err
+	}
 }
