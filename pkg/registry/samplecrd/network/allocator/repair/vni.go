@@ -172,4 +172,3 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 		}
 	}
 }
-
