@@ -23,10 +23,15 @@ import (
 	"net/netip"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -156,7 +161,19 @@ func (c CompletedConfig) New() (*Server, error) {
 	if c.extra.VNIs != nil {
 		// VNIs: keys of Networks stored without one (older replicas) assigned, keys of gone
 		// Networks removed, status.vni mirrored from the keys.
-		verifier.WithVNIs(c.extra.VNIs, mirrorVNI(storage.Status, c.extra.VNIs))
+		verifier.WithVNIs(c.extra.VNIs, repair.MirrorVNIFunc(mirrorVNI(storage.Status, c.extra.VNIs)))
+		// Networks seen without status.vni (an older replica's create or status write) get
+		// theirs at once, not at the next verification.
+		loop := &segment.Loop{VNIs: c.extra.VNIs, Mirror: mirrorVNI(storage.Status, c.extra.VNIs),
+			Guard: networkGuard(c.extra.Allocator, storage.Etcd),
+			Watch: func(ctx context.Context) (watch.Interface, error) {
+				return storage.Network.Watch(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll),
+					&metainternalversion.ListOptions{ResourceVersion: "0", Watch: true})
+			}}
+		generic.AddPostStartHookOrDie("segment-vnis", func(hook genericapiserver.PostStartHookContext) error {
+			go loop.Run(hook)
+			return nil
+		})
 	}
 	generic.AddPostStartHookOrDie("verify-network-allocations", func(hook genericapiserver.PostStartHookContext) error {
 		go verifier.Run(hook, c.extra.VerifyInterval)
@@ -179,13 +196,14 @@ const vniFieldManager = "network-apiserver/segment"
 // mirrorVNI returns the write of a Network's status.vni from its VNI key through the status
 // storage, in process and marked as the server's (network.WithServerOwnedStatus), so that the
 // status strategy keeps it; a Network replaced by another of the same name is left alone.
-func mirrorVNI(status *networkstorage.StatusREST, vnis *segment.VNIs) repair.MirrorVNIFunc {
+func mirrorVNI(status *networkstorage.StatusREST, vnis *segment.VNIs) segment.MirrorFunc {
 	return func(ctx context.Context, namespace, name string, uid types.UID) error {
 		ctx = network.WithServerOwnedStatus(genericapirequest.WithNamespace(ctx, namespace))
 		_, _, err := status.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil, func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 			n := old.(*samplecrd.Network).DeepCopy()
 			if n.UID != uid {
-				return nil, fmt.Errorf("network %s/%s is another one (uid %s) than the one read (uid %s)", namespace, name, n.UID, uid)
+				// Another Network of that name now: the one read is gone.
+				return nil, apierrors.NewNotFound(samplecrd.Resource("networks"), name)
 			}
 			// The keys as they are now: the status copies the truth, not what was read before.
 			v, _, err := vnis.Of(ctx, string(uid))
@@ -196,5 +214,35 @@ func mirrorVNI(status *networkstorage.StatusREST, vnis *segment.VNIs) repair.Mir
 			return n, nil
 		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{FieldManager: vniFieldManager})
 		return err
+	}
+}
+
+// networkGuard returns the guard of a VNI assignment: the Network's key still at the
+// CreateRevision of the Network with the UID read (so a Network deleted or replaced meanwhile gets
+// no keys).
+func networkGuard(alloc *allocator.Allocator, codec *networkstorage.EtcdCodec) segment.GuardFunc {
+	return func(ctx context.Context, namespace, name string, uid types.UID) ([]clientv3.Cmp, []clientv3.Op,
+		func([]*etcdserverpb.ResponseOp) error, bool, error) {
+		key := codec.KeyPrefix() + namespace + "/" + name
+		kv, err := alloc.Get(ctx, key)
+		if err != nil || kv == nil {
+			return nil, nil, nil, false, err
+		}
+		n, err := codec.Decode(ctx, kv)
+		if err != nil {
+			return nil, nil, nil, false, err
+		}
+		if n.UID != uid {
+			return nil, nil, nil, false, nil
+		}
+		created := kv.CreateRevision
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", created)},
+			[]clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())},
+			func(rs []*etcdserverpb.ResponseOp) error {
+				if kvs := rs[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != created {
+					return segment.ErrNetworkChanged
+				}
+				return nil
+			}, true, nil
 	}
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -28,9 +29,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	clientscheme "github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/scheme"
 	"github.com/samplecrd/network-apiserver/test/integration/framework"
 )
 
@@ -304,4 +307,44 @@ func TestVNIRangeExhausted(t *testing.T) {
 	if n.Status.VNI != 5000 && n.Status.VNI != 5001 {
 		t.Errorf("x2 got VNI %d", n.Status.VNI)
 	}
+}
+
+// TestVNILoopGivesOldReplicaWritesAVNI: a Network as an older replica leaves it (no VNI keys, a
+// write that dropped status.vni; written here straight to etcd) gets a VNI from the server's
+// loop right away, long before the next verification (an hour away).
+func TestVNILoopGivesOldReplicaWritesAVNI(t *testing.T) {
+	s := framework.StartForTest(t, "--allocation-verify-interval=1h")
+	ns := testNamespace(t)
+	ctx := testContext(t)
+	networks := jsonClient(t, s).SamplecrdV1().Networks(ns)
+	etcd := ovlEtcd(t, s)
+	defer etcd.Close()
+	n, err := networks.Create(ctx, newNetwork("old", "10.57.0.0/24", ""), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, value := storedNetwork(ctx, t, s, ns, "old")
+	stored := decodeStored(t, value)
+	stored.Status.VNI = 0
+	stored.APIVersion, stored.Kind = "samplecrd.k8s.io/v1", "Network"
+	var buf bytes.Buffer
+	if err := protobuf.NewSerializer(clientscheme.Scheme, clientscheme.Scheme).Encode(stored, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcd.Txn(ctx).Then(
+		clientv3.OpPut(key, buf.String()),
+		clientv3.OpDelete(vniSegmentsRoot+"uid/"+string(n.UID)),
+		clientv3.OpDelete(vniSegmentsRoot+"vni/"+strconv.Itoa(int(n.Status.VNI))),
+	).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	vniWait(t, "the loop giving the Network a VNI", func() (bool, string) {
+		got, err := networks.Get(ctx, "old", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, back := vniKeys(t, etcd, n.UID)
+		return key != 0 && back == string(n.UID) && got.Status.VNI == key,
+			fmt.Sprintf("status.vni %d, uid key %d naming back %q", got.Status.VNI, key, back)
+	})
 }
