@@ -56,7 +56,7 @@ func vniKeys(t *testing.T, c *clientv3.Client, uid types.UID) (int32, string) {
 	if err != nil {
 		t.Fatalf("uid key of %s holds %q", uid, resp.Kvs[0].Value)
 	}
-	resp, err = c.Get(ctx, vniSegmentsRoot+"vni/"+strconv.FormatInt(v, 10))
+	resp, err = c.Get(ctx, vniKey(int32(v)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +65,9 @@ func vniKeys(t *testing.T, c *clientv3.Client, uid types.UID) (int32, string) {
 	}
 	return int32(v), string(resp.Kvs[0].Value)
 }
+
+// vniKey is the etcd key of VNI v (eight digits, so that keys sort as VNIs).
+func vniKey(v int32) string { return fmt.Sprintf("%svni/%08d", vniSegmentsRoot, v) }
 
 // vniWait polls cond until it holds or 30 s passed.
 func vniWait(t *testing.T, what string, cond func() (bool, string)) {
@@ -152,7 +155,7 @@ func TestVNIConcurrentCreatesTwoReplicas(t *testing.T) {
 		if key, _ := vniKeys(t, etcd, n.UID); key != 0 {
 			t.Errorf("%s deleted: its uid key still holds VNI %d", name, key)
 		}
-		resp, err := etcd.Get(ctx, vniSegmentsRoot+"vni/"+strconv.Itoa(int(n.Status.VNI)))
+		resp, err := etcd.Get(ctx, vniKey(n.Status.VNI))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,10 +229,10 @@ func TestVNIRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	vni := n.Status.VNI
-	gone := vniSegmentsRoot + "vni/" + strconv.Itoa(int(vni)+1)
+	gone := vniKey(vni + 1)
 	for _, op := range []clientv3.Op{
 		clientv3.OpDelete(vniSegmentsRoot + "uid/" + string(n.UID)),
-		clientv3.OpDelete(vniSegmentsRoot + "vni/" + strconv.Itoa(int(vni))),
+		clientv3.OpDelete(vniKey(vni)),
 		clientv3.OpPut(gone, "no-such-uid"),
 	} {
 		if _, err := etcd.Do(ctx, op); err != nil {
@@ -254,7 +257,7 @@ func TestVNIRepair(t *testing.T) {
 	moved := key + 7
 	if _, err := etcd.Txn(ctx).Then(
 		clientv3.OpPut(vniSegmentsRoot+"uid/"+string(n.UID), strconv.Itoa(int(moved))),
-		clientv3.OpPut(vniSegmentsRoot+"vni/"+strconv.Itoa(int(moved)), string(n.UID)),
+		clientv3.OpPut(vniKey(moved), string(n.UID)),
 	).Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +266,7 @@ func TestVNIRepair(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := etcd.Get(ctx, vniSegmentsRoot+"vni/"+strconv.Itoa(int(key)))
+		resp, err := etcd.Get(ctx, vniKey(key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -334,7 +337,7 @@ func TestVNILoopGivesOldReplicaWritesAVNI(t *testing.T) {
 	if _, err := etcd.Txn(ctx).Then(
 		clientv3.OpPut(key, buf.String()),
 		clientv3.OpDelete(vniSegmentsRoot+"uid/"+string(n.UID)),
-		clientv3.OpDelete(vniSegmentsRoot+"vni/"+strconv.Itoa(int(n.Status.VNI))),
+		clientv3.OpDelete(vniKey(n.Status.VNI)),
 	).Commit(); err != nil {
 		t.Fatal(err)
 	}

@@ -92,8 +92,9 @@ func New(client *clientv3.Client, root string, r Range) *VNIs {
 	return &VNIs{client: client, root: strings.TrimSuffix(root, "/"), Range: r}
 }
 
-// VNIKey is the key of VNI v.
-func (s *VNIs) VNIKey(v int32) string { return s.root + "/vni/" + strconv.FormatInt(int64(v), 10) }
+// VNIKey is the key of VNI v: eight decimal digits, so that the keys sort as the VNIs do and a
+// range of VNIs is a range of keys.
+func (s *VNIs) VNIKey(v int32) string { return fmt.Sprintf("%s/vni/%08d", s.root, v) }
 
 // UIDKey is the key of the Network with UID uid.
 func (s *VNIs) UIDKey(uid string) string { return s.root + "/uid/" + uid }
@@ -106,42 +107,52 @@ func (s *VNIs) Candidate(uid string) int32 {
 }
 
 // Pick returns the VNI to try for uid: its candidate on the first attempt; after a conflict, the
-// first VNI from the candidate on (wrapping around) that no key holds now.
+// first VNI from the candidate on (wrapping around) that no key holds now, read a window of keys
+// at a time (a range read: the keys sort as the VNIs do).
 func (s *VNIs) Pick(ctx context.Context, uid string, attempt int) (int32, error) {
 	c := s.Candidate(uid)
 	if attempt == 0 {
 		return c, nil
 	}
-	used, err := s.used(ctx)
+	resp, err := s.client.Get(ctx, s.VNIKey(s.Range.First), clientv3.WithRange(s.VNIKey(s.Range.Last+1)), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, err
 	}
-	if int64(len(used)) >= s.Range.Size() {
+	if resp.Count >= s.Range.Size() {
 		return 0, &ExhaustedError{Range: s.Range}
 	}
-	for i := int64(0); i < s.Range.Size(); i++ {
-		v := s.Range.First + int32((int64(c-s.Range.First)+i)%s.Range.Size())
-		if !used[v] {
-			return v, nil
+	from := c
+	for scanned := int64(0); scanned < s.Range.Size(); {
+		to := min(int64(from)+pickWindow, int64(s.Range.Last)+1) // exclusive
+		resp, err := s.client.Get(ctx, s.VNIKey(from), clientv3.WithRange(s.VNIKey(int32(to))), clientv3.WithKeysOnly())
+		if err != nil {
+			return 0, err
+		}
+		next := from
+		for _, kv := range resp.Kvs {
+			v, err := strconv.ParseInt(strings.TrimPrefix(string(kv.Key), s.root+"/vni/"), 10, 32)
+			if err != nil || int32(v) < next {
+				continue
+			}
+			if int32(v) > next {
+				return next, nil
+			}
+			next++
+		}
+		if int64(next) < to {
+			return next, nil
+		}
+		scanned += to - int64(from)
+		from = int32(to)
+		if int64(from) > int64(s.Range.Last) {
+			from = s.Range.First
 		}
 	}
 	return 0, &ExhaustedError{Range: s.Range}
 }
 
-// used reads which VNIs of the range have a key.
-func (s *VNIs) used(ctx context.Context) (map[int32]bool, error) {
-	resp, err := s.client.Get(ctx, s.root+"/vni/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return nil, err
-	}
-	used := make(map[int32]bool, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		if v, err := strconv.ParseInt(strings.TrimPrefix(string(kv.Key), s.root+"/vni/"), 10, 32); err == nil && s.Range.Contains(int32(v)) {
-			used[int32(v)] = true
-		}
-	}
-	return used, nil
-}
+// pickWindow is how many VNIs one read of Pick covers.
+const pickWindow = 1024
 
 // Guard is what a transaction assigning v to uid adds: the compares (both keys absent), the
 // probes that tell a failed compare apart, the check over the probes' answers (ErrTaken when a

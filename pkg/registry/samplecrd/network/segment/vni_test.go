@@ -163,3 +163,41 @@ func TestAssignRacesFillTheRangeExactly(t *testing.T) {
 		t.Errorf("a delete naming another UID's VNI removed its key")
 	}
 }
+
+// TestPickProbesAcrossWindowsAndWraps: after a conflict, Pick takes the first free VNI from the
+// candidate on, across more than one read window and around the end of the range.
+func TestPickProbesAcrossWindowsAndWraps(t *testing.T) {
+	c := startEtcd(t)
+	ctx := context.Background()
+	s := New(c, "/seg", Range{First: 10, Last: 10 + 3*pickWindow - 1})
+	uid := "uid-x"
+	cand := s.Candidate(uid)
+	// Hold every VNI from the candidate to the end of the range and the first 5 of it.
+	var ops []clientv3.Op
+	hold := func(v int32) {
+		ops = append(ops, clientv3.OpPut(s.VNIKey(v), "other"))
+		if len(ops) == 100 {
+			if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+				t.Fatal(err)
+			}
+			ops = nil
+		}
+	}
+	for v := cand; v <= s.Range.Last; v++ {
+		hold(v)
+	}
+	for v := s.Range.First; v < s.Range.First+5; v++ {
+		hold(v)
+	}
+	if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	want := s.Range.First + 5
+	if cand <= want || s.Range.Last-cand < pickWindow {
+		t.Fatalf("candidate %d of %s: pick another uid for this test", cand, s.Range)
+	}
+	got, err := s.Pick(ctx, uid, 1)
+	if err != nil || got != want {
+		t.Errorf("Pick = %d, %v; want %d (candidate %d)", got, err, want, cand)
+	}
+}
