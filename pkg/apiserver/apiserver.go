@@ -23,8 +23,16 @@ import (
 	"net/netip"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
@@ -34,8 +42,10 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1beta1"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver/fastjson"
 	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator/repair"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 	networkstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/storage"
 )
 
@@ -60,6 +70,8 @@ type ExtraConfig struct {
 	Blocks *allocator.Allocator
 	// BlockSizes are the sizes claims hand out.
 	BlockSizes blockstorage.BlockSizes
+	// VNIs are the Networks' VNI keys; nil assigns no VNIs.
+	VNIs *segment.VNIs
 	// VerifyInterval is how often the allocation invariant is verified (and what is safe to fix,
 	// fixed), starting right after the server starts.
 	VerifyInterval time.Duration
@@ -93,7 +105,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	if c.extra.Allocator == nil {
 		return nil, fmt.Errorf("creating network storage: no allocator")
 	}
-	allocations := &networkstorage.Allocations{Allocator: c.extra.Allocator, Scoping: c.extra.Scoping, Pools: c.extra.Pools}
+	allocations := &networkstorage.Allocations{Allocator: c.extra.Allocator, Scoping: c.extra.Scoping, Pools: c.extra.Pools,
+		VNIs: c.extra.VNIs}
 	var blockAllocations *blockstorage.REST
 	if c.extra.Blocks != nil {
 		if blockAllocations, err = blockstorage.NewREST(Scheme, c.generic.RESTOptionsGetter); err != nil {
@@ -145,6 +158,23 @@ func (c CompletedConfig) New() (*Server, error) {
 				return b, blockAllocations.Etcd.DecodeInto(ctx, kv, b)
 			})
 	}
+	if c.extra.VNIs != nil {
+		// VNIs: keys of Networks stored without one (older replicas) assigned, keys of gone
+		// Networks removed, status.vni mirrored from the keys.
+		verifier.WithVNIs(c.extra.VNIs, repair.MirrorVNIFunc(mirrorVNI(storage.Status, c.extra.VNIs)))
+		// Networks seen without status.vni (an older replica's create or status write) get
+		// theirs at once, not at the next verification.
+		loop := &segment.Loop{VNIs: c.extra.VNIs, Mirror: mirrorVNI(storage.Status, c.extra.VNIs),
+			Guard: networkGuard(c.extra.Allocator, storage.Etcd),
+			Watch: func(ctx context.Context) (watch.Interface, error) {
+				return storage.Network.Watch(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll),
+					&metainternalversion.ListOptions{ResourceVersion: "0", Watch: true})
+			}}
+		generic.AddPostStartHookOrDie("segment-vnis", func(hook genericapiserver.PostStartHookContext) error {
+			go loop.Run(hook)
+			return nil
+		})
+	}
 	generic.AddPostStartHookOrDie("verify-network-allocations", func(hook genericapiserver.PostStartHookContext) error {
 		go verifier.Run(hook, c.extra.VerifyInterval)
 		return nil
@@ -158,4 +188,61 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	return &Server{GenericAPIServer: generic}, nil
+}
+
+// vniFieldManager is the field manager of the server's writes of status.vni.
+const vniFieldManager = "network-apiserver/segment"
+
+// mirrorVNI returns the write of a Network's status.vni from its VNI key through the status
+// storage, in process and marked as the server's (network.WithServerOwnedStatus), so that the
+// status strategy keeps it; a Network replaced by another of the same name is left alone.
+func mirrorVNI(status *networkstorage.StatusREST, vnis *segment.VNIs) segment.MirrorFunc {
+	return func(ctx context.Context, namespace, name string, uid types.UID) error {
+		ctx = network.WithServerOwnedStatus(genericapirequest.WithNamespace(ctx, namespace))
+		_, _, err := status.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil, func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
+			n := old.(*samplecrd.Network).DeepCopy()
+			if n.UID != uid {
+				// Another Network of that name now: the one read is gone.
+				return nil, apierrors.NewNotFound(samplecrd.Resource("networks"), name)
+			}
+			// The keys as they are now: the status copies the truth, not what was read before.
+			v, _, err := vnis.Of(ctx, string(uid))
+			if err != nil {
+				return nil, err
+			}
+			n.Status.VNI = v
+			return n, nil
+		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{FieldManager: vniFieldManager})
+		return err
+	}
+}
+
+// networkGuard returns the guard of a VNI assignment: the Network's key still at the
+// CreateRevision of the Network with the UID read (so a Network deleted or replaced meanwhile gets
+// no keys).
+func networkGuard(alloc *allocator.Allocator, codec *networkstorage.EtcdCodec) segment.GuardFunc {
+	return func(ctx context.Context, namespace, name string, uid types.UID) ([]clientv3.Cmp, []clientv3.Op,
+		func([]*etcdserverpb.ResponseOp) error, bool, error) {
+		key := codec.KeyPrefix() + namespace + "/" + name
+		kv, err := alloc.Get(ctx, key)
+		if err != nil || kv == nil {
+			return nil, nil, nil, false, err
+		}
+		n, err := codec.Decode(ctx, kv)
+		if err != nil {
+			return nil, nil, nil, false, err
+		}
+		if n.UID != uid {
+			return nil, nil, nil, false, nil
+		}
+		created := kv.CreateRevision
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", created)},
+			[]clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())},
+			func(rs []*etcdserverpb.ResponseOp) error {
+				if kvs := rs[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != created {
+					return segment.ErrNetworkChanged
+				}
+				return nil
+			}, true, nil
+	}
 }

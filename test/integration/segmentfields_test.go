@@ -43,7 +43,8 @@ func TestV1beta1StatusWritesKeepSegmentFields(t *testing.T) {
 	n := newNetwork("seg", "10.23.0.0/24", "")
 	n.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"zone": "a"}}
 	n.Spec.DefaultRoute = ptr.To(true)
-	if _, err := networks.Create(ctx, n, metav1.CreateOptions{}); err != nil {
+	created, err := networks.Create(ctx, n, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	// Read through v1beta1: the spec fields are there under the same names.
@@ -136,13 +137,13 @@ func TestV1beta1StatusWritesKeepSegmentFields(t *testing.T) {
 		"n2": v1Entry("n2", "fd00:77::2", n2Blocks, 0),
 	})
 
-	// No client sets status.vni, through either version.
+	// No client sets status.vni, through either version: it stays what the create assigned.
 	got, err := networks.Get(ctx, "seg", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Status.VNI != 0 {
-		t.Errorf("a client's status write set status.vni to %d", got.Status.VNI)
+	if got.Status.VNI != created.Status.VNI || got.Status.VNI == 99 {
+		t.Errorf("a client's status write set status.vni to %d (assigned at create: %d)", got.Status.VNI, created.Status.VNI)
 	}
 
 	// A block the node does not hold is refused, naming the entry's field.

@@ -28,6 +28,7 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apiserver"
 	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 )
 
 // Overlap scopes accepted by --overlap-scope.
@@ -80,6 +81,10 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 	if err != nil {
 		return apiserver.ExtraConfig{}, nil, err
 	}
+	vniRange, err := segment.ParseRange(o.VNIRange)
+	if err != nil {
+		return apiserver.ExtraConfig{}, nil, fmt.Errorf("--vni-range: %w", err)
+	}
 	storage := o.Recommended.Etcd.StorageConfig
 	var client *clientv3.Client
 	if o.embedded != nil {
@@ -98,5 +103,6 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 		Blocks: allocator.New(client, storage.Prefix+"/blocks"),
 		BlockSizes: blockstorage.BlockSizes{IPv4: o.BlockPrefixLengthV4, IPv6: o.BlockPrefixLengthV6,
 			MaxPerNode: o.MaxBlocksPerNode},
+		VNIs: segment.New(client, storage.Prefix+"/segments", vniRange),
 	}, client, nil
 }

@@ -48,6 +48,7 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/embeddedetcd"
 	generatedopenapi "github.com/samplecrd/network-apiserver/pkg/generated/openapi"
 	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 	"github.com/samplecrd/network-apiserver/pkg/standaloneauth"
 )
 
@@ -73,6 +74,8 @@ type Options struct {
 	// BlockPrefixLengthV4 and V6 are the preferred sizes of the nodes' address blocks, and
 	// MaxBlocksPerNode caps the blocks a node holds in one Network.
 	BlockPrefixLengthV4, BlockPrefixLengthV6, MaxBlocksPerNode int
+	// VNIRange is the range Networks' VNIs come from, "first-last".
+	VNIRange string
 	// Controller configures the bundled Network controller.
 	Controller *agent.ControllerOptions
 	// NodeLifecycle runs the node lifecycle loop in attached mode (pkg/controller/nodelifecycle).
@@ -108,6 +111,7 @@ func NewOptions(out io.Writer) *Options {
 		BlockPrefixLengthV4:      blockstorage.DefaultBlockSizes.IPv4,
 		BlockPrefixLengthV6:      blockstorage.DefaultBlockSizes.IPv6,
 		MaxBlocksPerNode:         blockstorage.DefaultBlockSizes.MaxPerNode,
+		VNIRange:                 segment.DefaultRange.String(),
 		Out:                      out,
 	}
 	// Cache snapshots answer paged LISTs and LISTs at an older resourceVersion from the watch
@@ -159,6 +163,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Preferred prefix length of the IPv6 address blocks nodes claim; adapted per Network like the IPv4 one (at most /126).")
 	fs.IntVar(&o.MaxBlocksPerNode, "max-blocks-per-node", o.MaxBlocksPerNode,
 		"Most address blocks one node may hold in one Network.")
+	fs.StringVar(&o.VNIRange, "vni-range", o.VNIRange,
+		"The VXLAN network identifiers Networks get, first-last (inclusive, 1 to 16777215); each Network holds one, unique cluster-wide. Narrowing it leaves VNIs outside it held.")
 	fs.StringSliceVar(&o.NetworkPools, "network-pool", o.NetworkPools,
 		"Prefix from which Networks with spec.prefixLength and no spec.cidr get theirs; repeatable, IPv4 and IPv6, tried in order.")
 }
@@ -244,6 +250,9 @@ func (o *Options) Validate() error {
 	if o.MaxBlocksPerNode < 1 || o.MaxBlocksPerNode > 64 {
 		// A release deletes every block of a node in one transaction: within etcd's default --max-txn-ops of 128.
 		errs = append(errs, fmt.Errorf("--max-blocks-per-node %d must be between 1 and 64", o.MaxBlocksPerNode))
+	}
+	if _, err := segment.ParseRange(o.VNIRange); err != nil {
+		errs = append(errs, fmt.Errorf("--vni-range: %w", err))
 	}
 	if o.AllocationVerifyInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--allocation-verify-interval must be positive"))

@@ -101,6 +101,9 @@ func TestValidateRejectsBadFlags(t *testing.T) {
 		"negative etcd port": {[]string{"--embedded-etcd-port", "-1"}, "--embedded-etcd-port"},
 		"empty data dir":     {[]string{"--data-dir", ""}, "--data-dir"},
 		"bad media type":     {[]string{"--storage-media-type", "text/plain"}, "--storage-media-type"},
+		"VNI range reversed": {[]string{"--vni-range", "9-7"}, "--vni-range"},
+		"VNI over 24 bits":   {[]string{"--vni-range", "1-16777216"}, "--vni-range"},
+		"VNI range no dash":  {[]string{"--vni-range", "5000"}, "--vni-range"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := parsedOptions(t, tc.args...)

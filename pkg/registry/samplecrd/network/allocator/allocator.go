@@ -179,6 +179,24 @@ func (a *Allocator) Create(ctx context.Context, objKey, objValue string, al Allo
 		append([]clientv3.Op{clientv3.OpPut(objKey, objValue)}, also...)...)
 }
 
+// CreateGuarded is Create with more guards: cmps must hold too (probes read what they compare
+// when the transaction fails, and check turns their answers into the error to return, nil when
+// they held), and also are written with it (the Network's VNI keys beside its gateway key).
+func (a *Allocator) CreateGuarded(ctx context.Context, objKey, objValue string, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
+	check func([]*etcdserverpb.ResponseOp) error, also ...clientv3.Op) (int64, error) {
+	n := len(probes)
+	return a.guardedWrite(ctx, al,
+		append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(objKey), "=", 0)}, cmps...),
+		append([]clientv3.Op{clientv3.OpGet(objKey, clientv3.WithCountOnly())}, probes...),
+		func(rs []*etcdserverpb.ResponseOp) error {
+			if rs[0].GetResponseRange().Count > 0 {
+				return ErrObjectExists
+			}
+			return check(rs[1 : 1+n])
+		},
+		append([]clientv3.Op{clientv3.OpPut(objKey, objValue)}, also...)...)
+}
+
 // Check reports, without writing, whether al could be created now (for dry runs): nil or an
 // *OverlapError.
 func (a *Allocator) Check(ctx context.Context, al Allocation) error {

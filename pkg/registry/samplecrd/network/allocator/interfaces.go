@@ -20,6 +20,7 @@ import (
 	"context"
 	"net/netip"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -29,6 +30,8 @@ import (
 // pick a free prefix for spec.prefixLength.
 type Interface interface {
 	Create(ctx context.Context, objKey, objValue string, al Allocation, also ...clientv3.Op) (int64, error)
+	CreateGuarded(ctx context.Context, objKey, objValue string, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
+		check func([]*etcdserverpb.ResponseOp) error, also ...clientv3.Op) (int64, error)
 	Delete(ctx context.Context, objKey string, modRevision int64, al *Allocation, also ...clientv3.Op) (bool, int64, error)
 	Get(ctx context.Context, key string) (*mvccpb.KeyValue, error)
 	Check(ctx context.Context, al Allocation) error

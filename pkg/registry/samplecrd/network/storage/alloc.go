@@ -29,6 +29,7 @@ import (
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 )
 
 // Allocations makes the no-overlap guarantee part of the Network storage: a create writes the
@@ -49,6 +50,9 @@ type Allocations struct {
 	// NodeBlocks reads a node's BlockAllocation of a Network for the check of status writes
 	// (nil: no check).
 	NodeBlocks NodeBlocksFunc
+	// VNIs are the Networks' VNI keys (nil: no VNIs): a create assigns its Network a VNI in its
+	// own transaction (status.vni), a delete removes the keys in its own.
+	VNIs *segment.VNIs
 }
 
 // maxCreateAttempts bounds how often a create runs again after a concurrent create took first

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"testing"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,6 +69,11 @@ func (f *fakeAllocator) Create(_ context.Context, _, _ string, al allocator.Allo
 		return 0, &allocator.OverlapError{Allocation: al, Other: winner}
 	}
 	return int64(len(f.creates)), nil
+}
+
+func (f *fakeAllocator) CreateGuarded(ctx context.Context, objKey, objValue string, al allocator.Allocation, _ []clientv3.Cmp, _ []clientv3.Op,
+	_ func([]*etcdserverpb.ResponseOp) error, also ...clientv3.Op) (int64, error) {
+	return f.Create(ctx, objKey, objValue, al, also...)
 }
 
 func (f *fakeAllocator) Check(context.Context, allocator.Allocation) error {

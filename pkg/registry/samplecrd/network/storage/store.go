@@ -21,7 +21,9 @@ import (
 	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -34,6 +36,7 @@ import (
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 )
 
 // allocatingStore is the Network storage with the no-overlap guarantee built in. Creates and
@@ -51,11 +54,18 @@ type allocatingStore struct {
 	// blocks and blockObjects are Allocations.Blocks and .BlockObjects.
 	blocks       *allocator.Allocator
 	blockObjects string
+	// vnis, when set, are the VNI keys: a create assigns the Network its VNI in its own
+	// transaction, a delete removes its keys in its own.
+	vnis *segment.VNIs
 }
 
 // errCreateInstead stops an update that turned out to be a create (server-side apply of a new
 // Network), so that the create goes through the allocating transaction.
 var errCreateInstead = errors.New("the update creates the object")
+
+// maxVNIAttempts bounds how often a create picks a VNI again after concurrent creates took the
+// ones it picked first.
+const maxVNIAttempts = 16
 
 // allocatingOptions wraps a RESTOptionsGetter so that the storage it builds is an allocatingStore
 // around the usual one. built receives the store's codec once the generic store is complete.
@@ -81,7 +91,7 @@ func (g allocatingOptions) GetRESTOptions(resource schema.GroupResource, example
 		codec := newEtcdCodec(config, resourcePrefix)
 		g.built(codec)
 		return &allocatingStore{Interface: inner, allocator: g.allocations.Allocator, scoping: g.allocations.Scoping, etcd: codec,
-			blocks: g.allocations.Blocks, blockObjects: g.allocations.BlockObjects}, destroy, nil
+			blocks: g.allocations.Blocks, blockObjects: g.allocations.BlockObjects, vnis: g.allocations.VNIs}, destroy, nil
 	}
 	return opts, nil
 }
@@ -104,23 +114,52 @@ func (s *allocatingStore) Create(ctx context.Context, key string, obj, out runti
 	if !ok {
 		return invalid(n.Name, field.Invalid(field.NewPath("spec", "cidr"), n.Spec.CIDR, "must be a canonical IPv4 or IPv6 prefix"))
 	}
-	data, stored, err := s.etcd.encode(ctx, etcdKey, obj)
-	if err != nil {
-		return err
-	}
 	var also []clientv3.Op
 	if gw, ok := allocator.GatewayOf(n); ok && s.blocks != nil {
 		// The UID is new: nothing is stored in its scope yet, so the gateway key needs no guard.
 		also = append(also, clientv3.OpPut(s.blocks.Key(gw.Scope, gw.Prefix), allocator.Value(gw)))
 	}
-	rev, err := s.allocator.Create(ctx, etcdKey, stored, al, also...)
-	switch {
-	case errors.Is(err, allocator.ErrObjectExists):
-		return storage.NewKeyExistsError(etcdKey, 0)
-	case errors.As(err, new(*allocator.OverlapError)):
-		return err
-	case err != nil:
-		return storageError(err)
+	var data []byte
+	var rev int64
+	for attempt := 0; ; attempt++ {
+		var cmps []clientv3.Cmp
+		var probes, puts []clientv3.Op
+		check := func([]*etcdserverpb.ResponseOp) error { return nil }
+		if s.vnis != nil && n.UID != "" {
+			// The VNI is written with the Network: status.vni is in the object stored and
+			// returned, and its two keys are in the same transaction, guarded to be free.
+			if attempt == maxVNIAttempts {
+				return apierrors.NewConflict(samplecrd.Resource("networks"), n.Name,
+					fmt.Errorf("every VNI this server picked was taken by a concurrent create first (%d attempts); retry", attempt))
+			}
+			v, err := s.vnis.Pick(ctx, string(n.UID), attempt)
+			var exhausted *segment.ExhaustedError
+			if errors.As(err, &exhausted) {
+				return apierrors.NewForbidden(samplecrd.Resource("networks"), n.Name, err)
+			}
+			if err != nil {
+				return storageError(err)
+			}
+			n.Status.VNI = v
+			cmps, probes, check, puts = s.vnis.Guard(string(n.UID), v)
+		}
+		var stored string
+		data, stored, err = s.etcd.encode(ctx, etcdKey, obj)
+		if err != nil {
+			return err
+		}
+		rev, err = s.allocator.CreateGuarded(ctx, etcdKey, stored, al, cmps, probes, check, append(append([]clientv3.Op(nil), also...), puts...)...)
+		switch {
+		case errors.Is(err, segment.ErrTaken):
+			continue // pick again
+		case errors.Is(err, allocator.ErrObjectExists):
+			return storage.NewKeyExistsError(etcdKey, 0)
+		case errors.As(err, new(*allocator.OverlapError)):
+			return err
+		case err != nil:
+			return storageError(err)
+		}
+		break
 	}
 	if out != nil {
 		return s.etcd.decoder.Decode(data, out, rev)
@@ -168,6 +207,14 @@ func (s *allocatingStore) Delete(ctx context.Context, key string, out runtime.Ob
 			al = &a
 		}
 		var also []clientv3.Op
+		if s.vnis != nil && current.UID != "" {
+			// The Network's VNI keys go with it; the VNI key only if it still names this UID.
+			v, _, err := s.vnis.Of(ctx, string(current.UID))
+			if err != nil {
+				return storageError(err)
+			}
+			also = append(also, s.vnis.DeleteOps(string(current.UID), v)...)
+		}
 		if s.blocks != nil && current.UID != "" {
 			// A Network's blocks go with it: its block keys (and gateway key) and every
 			// BlockAllocation of it (<network>.<node>; Network names hold no dot).

@@ -35,6 +35,7 @@ import (
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 )
 
 // DecodeFunc decodes a Network as the storage wrote it to etcd.
@@ -48,6 +49,8 @@ type Repair struct {
 	decode         DecodeFunc
 	// blocks, when set, checks the Networks' blocks too (WithBlocks).
 	blocks *blockCheck
+	// vnis, when set, checks the Networks' VNI keys too (WithVNIs).
+	vnis *vniCheck
 }
 
 // errChangedMeanwhile is a fix's error when what the verifier read changed before the fix.
@@ -140,7 +143,7 @@ func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 	if err != nil {
 		return v, err
 	}
-	for _, kind := range append([]string{ViolationOverlap, ViolationOrphan, ViolationMissing, ViolationMismatch, ViolationInvalid}, blockKinds...) {
+	for _, kind := range append([]string{ViolationOverlap, ViolationOrphan, ViolationMissing, ViolationMismatch, ViolationInvalid}, append(blockKinds, vniKinds...)...) {
 		violations.WithLabelValues(kind).Set(float64(v.Count(kind)))
 	}
 	for _, x := range v.Violations {
@@ -183,10 +186,23 @@ func (r *Repair) verify(ctx context.Context) (Verification, error) {
 				return Verification{}, err
 			}
 		}
+		var vniKeys segment.Stored
+		if r.vnis != nil {
+			vniKeys, err = r.vnis.keys.List(ctx, rev)
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				continue
+			}
+			if err != nil {
+				return Verification{}, err
+			}
+		}
 		v.Revision, v.Networks = rev, len(networks)
 		r.check(ctx, &v, stored, networks)
 		if r.blocks != nil {
 			r.checkBlocks(ctx, &v, blockKeys, blockObjects, networks)
+		}
+		if r.vnis != nil {
+			r.checkVNIs(ctx, &v, vniKeys, networks)
 		}
 		return v, nil
 	}

@@ -1,0 +1,169 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package repair
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
+)
+
+// fakeVNIKeys holds VNI keys in memory and records the fixes asked of it.
+type fakeVNIKeys struct {
+	stored   segment.Stored
+	full     bool // Assign answers that the range is exhausted
+	removed  []string
+	assigned []string
+}
+
+var _ VNIKeys = &fakeVNIKeys{}
+
+func (f *fakeVNIKeys) List(context.Context, int64) (segment.Stored, error) { return f.stored, nil }
+
+func (f *fakeVNIKeys) Remove(_ context.Context, key string, _ int64) (bool, error) {
+	f.removed = append(f.removed, key)
+	return true, nil
+}
+
+func (f *fakeVNIKeys) Assign(_ context.Context, uid string, cmps []clientv3.Cmp, _ []clientv3.Op, _ func([]*etcdserverpb.ResponseOp) error) (int32, error) {
+	if len(cmps) == 0 {
+		panic("an assignment without a guard on the Network")
+	}
+	if f.full {
+		return 0, &segment.ExhaustedError{Range: segment.Range{First: 5, Last: 6}}
+	}
+	f.assigned = append(f.assigned, uid)
+	return 900, nil
+}
+
+// storesWithVNI adds a Network whose status.vni is vni, and its allocation (10.<n>.0.0/24 for
+// the n-th Network added), so that only the VNIs have violations.
+func (f *fakeAllocations) storesWithVNI(t *testing.T, name string, vni int32) {
+	cidr := "10." + itoa(int32(len(f.kvs))) + ".0.0/24"
+	f.stored = append(f.stored, allocation(name, name, cidr))
+	n := samplecrd.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name)},
+		Spec: samplecrd.NetworkSpec{CIDR: cidr}, Status: samplecrd.NetworkStatus{VNI: vni}}
+	data, err := json.Marshal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.kvs = append(f.kvs, &mvccpb.KeyValue{Key: []byte("/networks/default/" + name), Value: data, CreateRevision: 1, ModRevision: 1})
+}
+
+func vniPair(s *segment.Stored, uid string, vni int32, vniKeyNames string) {
+	v := itoa(vni)
+	s.ByUID[uid] = segment.Key{Key: "/seg/uid/" + uid, Value: v, ModRevision: 3}
+	if vniKeyNames != "" {
+		s.ByVNI[vni] = segment.Key{Key: "/seg/vni/" + v, Value: vniKeyNames, ModRevision: 3}
+	}
+}
+
+func itoa(v int32) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// TestVerifyVNIs checks every VNI violation with explicit inputs and the fixes: assignment of a
+// missing VNI (guarded), removal of keys of gone Networks and of leftovers, a duplicate's key
+// dropped and a fresh VNI assigned, status.vni mirrored.
+func TestVerifyVNIs(t *testing.T) {
+	f := &fakeAllocations{}
+	for _, n := range []struct {
+		name string
+		vni  int32
+	}{{"ok", 100}, {"missing", 0}, {"status", 7}, {"dup", 101}, {"half", 102}} {
+		f.storesWithVNI(t, n.name, n.vni)
+	}
+	keys := &fakeVNIKeys{stored: segment.Stored{ByVNI: map[int32]segment.Key{}, ByUID: map[string]segment.Key{}}}
+	s := &keys.stored
+	vniPair(s, "uid-ok", 100, "uid-ok")
+	vniPair(s, "uid-status", 200, "uid-status")
+	vniPair(s, "uid-dup", 100, "uid-ok") // its VNI key names ok: a duplicate
+	vniPair(s, "uid-half", 102, "")      // no VNI key: half a pair
+	vniPair(s, "uid-gone", 300, "uid-gone")
+	s.ByVNI[301] = segment.Key{Key: "/seg/vni/301", Value: "uid-ok", ModRevision: 3} // leftover of ok
+	var mirrored []string
+	mirror := func(_ context.Context, ns, name string, uid types.UID) error {
+		mirrored = append(mirrored, ns+"/"+name+" "+string(uid))
+		return nil
+	}
+	r := New(f, allocator.Scoping{}, "/networks/", decodeJSON).WithVNIs(keys, mirror)
+	v, err := r.Verify(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{ViolationVNIMissing: 3, ViolationVNIDuplicate: 3, ViolationVNINetworkGone: 2, ViolationVNIStatus: 4}
+	for kind, n := range want {
+		if got := v.Count(kind); got != n {
+			t.Errorf("%d %s violations, want %d", got, kind, n)
+		}
+	}
+	for _, x := range v.Violations {
+		if !x.Fixed {
+			t.Errorf("not fixed: %s: %s", x.Kind, x.Detail)
+		}
+	}
+	if t.Failed() {
+		for _, x := range v.Violations {
+			t.Logf("%s fixed=%v: %s", x.Kind, x.Fixed, x.Detail)
+		}
+	}
+	slices.Sort(keys.removed)
+	if w := []string{"/seg/uid/uid-dup", "/seg/uid/uid-gone", "/seg/uid/uid-half", "/seg/vni/300", "/seg/vni/301"}; !slices.Equal(keys.removed, w) {
+		t.Errorf("removed %v, want %v", keys.removed, w)
+	}
+	slices.Sort(keys.assigned)
+	if w := []string{"uid-dup", "uid-half", "uid-missing"}; !slices.Equal(keys.assigned, w) {
+		t.Errorf("assigned %v, want %v", keys.assigned, w)
+	}
+	slices.Sort(mirrored)
+	if w := []string{"default/dup uid-dup", "default/half uid-half", "default/missing uid-missing", "default/status uid-status"}; !slices.Equal(mirrored, w) {
+		t.Errorf("mirrored %v, want %v", mirrored, w)
+	}
+
+	// A full range: the Network without a VNI is reported, not fixed, and nothing is mirrored.
+	keys.full, keys.removed, keys.assigned, mirrored = true, nil, nil, nil
+	delete(s.ByUID, "uid-gone")
+	delete(s.ByVNI, 300)
+	delete(s.ByVNI, 301)
+	delete(s.ByUID, "uid-dup")
+	delete(s.ByUID, "uid-half")
+	vniPair(s, "uid-dup", 101, "uid-dup")
+	vniPair(s, "uid-half", 102, "uid-half")
+	vniPair(s, "uid-status", 7, "uid-status")
+	delete(s.ByVNI, 200)
+	if v, err = r.Verify(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v.Count(ViolationVNIMissing) != 1 || len(v.Violations) != 1 || v.Violations[0].Fixed {
+		t.Errorf("with the range full: %+v, want one unfixed %s", v.Violations, ViolationVNIMissing)
+	}
+	if len(mirrored) != 0 || len(keys.removed) != 0 {
+		t.Errorf("with the range full: mirrored %v, removed %v", mirrored, keys.removed)
+	}
+}

@@ -1,0 +1,148 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package segment
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+)
+
+// GuardFunc returns the compares that hold while the Network namespace/name is still the one
+// with uid (its CreateRevision as read), the probes and the check that tell a failed compare
+// apart, and whether that Network exists at all.
+type GuardFunc func(ctx context.Context, namespace, name string, uid types.UID) ([]clientv3.Cmp, []clientv3.Op,
+	func([]*etcdserverpb.ResponseOp) error, bool, error)
+
+// MirrorFunc writes the VNI the keys give the Network namespace/name (uid) into its status.vni,
+// as the server; a Network that is gone, or is another one now, answers NotFound.
+type MirrorFunc func(ctx context.Context, namespace, name string, uid types.UID) error
+
+// Loop gives every Network seen without status.vni its VNI: a Network stored before VNIs or by an
+// older replica (which never writes the keys), or whose status.vni an older replica's write
+// dropped. It watches the Networks (from the watch cache), assigns a VNI when the Network has no
+// keys (guarded by the Network's incarnation), and mirrors the keys into status.vni. Every replica
+// runs it; two doing the same work race harmlessly (the keys' guard lets one win, the mirror
+// writes the same value).
+type Loop struct {
+	VNIs   *VNIs
+	Watch  func(ctx context.Context) (watch.Interface, error)
+	Guard  GuardFunc
+	Mirror MirrorFunc
+}
+
+type loopItem struct {
+	namespace, name string
+	uid             types.UID
+}
+
+// Run runs the loop until ctx is done.
+func (l *Loop) Run(ctx context.Context) {
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[loopItem](200*time.Millisecond, time.Minute),
+		workqueue.TypedRateLimitingQueueConfig[loopItem]{Name: "network_segment_vni"})
+	defer queue.ShutDown()
+	go func() {
+		for {
+			it, quit := queue.Get()
+			if quit {
+				return
+			}
+			if err := l.sync(ctx, it); err != nil {
+				klog.ErrorS(err, "Giving a network its VNI", "network", it.namespace+"/"+it.name, "uid", it.uid)
+				queue.AddRateLimited(it)
+			} else {
+				queue.Forget(it)
+			}
+			queue.Done(it)
+		}
+	}()
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		w, err := l.Watch(ctx)
+		if err != nil {
+			klog.ErrorS(err, "Watching networks for their VNIs")
+			return
+		}
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				obj := ev.Object
+				if cached, ok := obj.(interface{ GetObject() runtime.Object }); ok {
+					obj = cached.GetObject() // the watch cache's wrapper
+				}
+				n, isNetwork := obj.(*samplecrd.Network)
+				if isNetwork && (ev.Type == watch.Added || ev.Type == watch.Modified) && n.Status.VNI == 0 && n.UID != "" {
+					queue.Add(loopItem{namespace: n.Namespace, name: n.Name, uid: n.UID})
+				}
+			}
+		}
+	}, time.Second)
+}
+
+// sync gives the Network of it a VNI if its keys hold none, and mirrors the keys into status.vni.
+func (l *Loop) sync(ctx context.Context, it loopItem) error {
+	v, _, err := l.VNIs.Of(ctx, string(it.uid))
+	if err != nil {
+		return err
+	}
+	if v == 0 {
+		cmps, probes, check, found, err := l.Guard(ctx, it.namespace, it.name, it.uid)
+		if err != nil || !found {
+			return err
+		}
+		_, err = l.VNIs.Assign(ctx, string(it.uid), cmps, probes, check)
+		var exhausted *ExhaustedError
+		switch {
+		case errors.Is(err, ErrTaken):
+			// Another replica gave it one meanwhile: mirror that.
+		case errors.As(err, &exhausted):
+			// Reported by the verifier (vni-missing) until a VNI is free; a create of a new
+			// Network would be refused with the same message.
+			klog.ErrorS(err, "A network has no VNI", "network", it.namespace+"/"+it.name, "uid", it.uid)
+			return nil
+		case errors.Is(err, ErrNetworkChanged):
+			return nil // deleted or replaced meanwhile
+		case err != nil:
+			return err
+		}
+	}
+	if err := l.Mirror(ctx, it.namespace, it.name, it.uid); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+// ErrNetworkChanged is what a GuardFunc's check answers when the Network is not the one read.
+var ErrNetworkChanged = errors.New("the network was deleted or replaced meanwhile")

@@ -1,0 +1,289 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+// Package segment keeps the VNI of every Network: unique cluster-wide, from a range, owned by
+// the server. The truth is two etcd keys per Network, <root>/vni/<vni> (value: the Network's UID)
+// and <root>/uid/<uid> (value: the VNI), always written together in one guarded transaction and
+// removed together in the Network's delete; status.vni is a copy of them.
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MaxVNI is the largest VNI VXLAN carries (24 bits).
+const MaxVNI = 1<<24 - 1
+
+// DefaultRange is --vni-range's default: clear of flannel's VNI 1 and Calico's 4096.
+var DefaultRange = Range{First: 1 << 20, Last: MaxVNI}
+
+// Range is an inclusive range of VNIs.
+type Range struct {
+	First, Last int32
+}
+
+// Size is the number of VNIs in r.
+func (r Range) Size() int64 { return int64(r.Last) - int64(r.First) + 1 }
+
+// Contains says whether v is in r.
+func (r Range) Contains(v int32) bool { return v >= r.First && v <= r.Last }
+
+func (r Range) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last) }
+
+// ParseRange parses "first-last" (1 ≤ first ≤ last ≤ 16777215).
+func ParseRange(s string) (Range, error) {
+	a, b, ok := strings.Cut(s, "-")
+	first, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 32)
+	last, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return Range{}, fmt.Errorf("%q is not a VNI range such as %s", s, DefaultRange)
+	}
+	if first < 1 || last > MaxVNI || first > last {
+		return Range{}, fmt.Errorf("VNI range %q must satisfy 1 <= first <= last <= %d", s, MaxVNI)
+	}
+	return Range{First: int32(first), Last: int32(last)}, nil
+}
+
+// ExhaustedError says that every VNI of the range is held by a Network.
+type ExhaustedError struct {
+	Range Range
+}
+
+func (e *ExhaustedError) Error() string {
+	return fmt.Sprintf("no free VNI: all %d VNIs of --vni-range %s are held by networks; delete a network or widen the range",
+		e.Range.Size(), e.Range)
+}
+
+// ErrTaken says that the VNI picked, or the Network's UID, got a key first (a concurrent
+// assignment): pick again, or read the Network's VNI.
+var ErrTaken = errors.New("the VNI or the network's VNI key was taken meanwhile")
+
+// VNIs are the VNI keys under one root.
+type VNIs struct {
+	client *clientv3.Client
+	root   string
+	Range  Range
+}
+
+// New returns the VNI keys under root (<etcd prefix>/segments), handed out from r.
+func New(client *clientv3.Client, root string, r Range) *VNIs {
+	return &VNIs{client: client, root: strings.TrimSuffix(root, "/"), Range: r}
+}
+
+// VNIKey is the key of VNI v: eight decimal digits, so that the keys sort as the VNIs do and a
+// range of VNIs is a range of keys.
+func (s *VNIs) VNIKey(v int32) string { return fmt.Sprintf("%s/vni/%08d", s.root, v) }
+
+// UIDKey is the key of the Network with UID uid.
+func (s *VNIs) UIDKey(uid string) string { return s.root + "/uid/" + uid }
+
+// Candidate is the first VNI tried for uid: hash(uid) mod the range.
+func (s *VNIs) Candidate(uid string) int32 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(uid))
+	return s.Range.First + int32(h.Sum64()%uint64(s.Range.Size()))
+}
+
+// Pick returns the VNI to try for uid: its candidate on the first attempt; after a conflict, the
+// first VNI from the candidate on (wrapping around) that no key holds now, read a window of keys
+// at a time (a range read: the keys sort as the VNIs do).
+func (s *VNIs) Pick(ctx context.Context, uid string, attempt int) (int32, error) {
+	c := s.Candidate(uid)
+	if attempt == 0 {
+		return c, nil
+	}
+	resp, err := s.client.Get(ctx, s.VNIKey(s.Range.First), clientv3.WithRange(s.VNIKey(s.Range.Last+1)), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	if resp.Count >= s.Range.Size() {
+		return 0, &ExhaustedError{Range: s.Range}
+	}
+	from := c
+	for scanned := int64(0); scanned < s.Range.Size(); {
+		to := min(int64(from)+pickWindow, int64(s.Range.Last)+1) // exclusive
+		resp, err := s.client.Get(ctx, s.VNIKey(from), clientv3.WithRange(s.VNIKey(int32(to))), clientv3.WithKeysOnly())
+		if err != nil {
+			return 0, err
+		}
+		next := from
+		for _, kv := range resp.Kvs {
+			v, err := strconv.ParseInt(strings.TrimPrefix(string(kv.Key), s.root+"/vni/"), 10, 32)
+			if err != nil || int32(v) < next {
+				continue
+			}
+			if int32(v) > next {
+				return next, nil
+			}
+			next++
+		}
+		if int64(next) < to {
+			return next, nil
+		}
+		scanned += to - int64(from)
+		from = int32(to)
+		if int64(from) > int64(s.Range.Last) {
+			from = s.Range.First
+		}
+	}
+	return 0, &ExhaustedError{Range: s.Range}
+}
+
+// pickWindow is how many VNIs one read of Pick covers.
+const pickWindow = 1024
+
+// Guard is what a transaction assigning v to uid adds: the compares (both keys absent), the
+// probes that tell a failed compare apart, the check over the probes' answers (ErrTaken when a
+// key exists), and the two puts.
+func (s *VNIs) Guard(uid string, v int32) (cmps []clientv3.Cmp, probes []clientv3.Op, check func([]*etcdserverpb.ResponseOp) error, puts []clientv3.Op) {
+	vk, uk := s.VNIKey(v), s.UIDKey(uid)
+	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.Version(vk), "=", 0), clientv3.Compare(clientv3.Version(uk), "=", 0)}
+	probes = []clientv3.Op{clientv3.OpGet(vk, clientv3.WithCountOnly()), clientv3.OpGet(uk, clientv3.WithCountOnly())}
+	check = func(rs []*etcdserverpb.ResponseOp) error {
+		for _, r := range rs {
+			if r.GetResponseRange().Count > 0 {
+				return ErrTaken
+			}
+		}
+		return nil
+	}
+	puts = []clientv3.Op{clientv3.OpPut(vk, uid), clientv3.OpPut(uk, strconv.FormatInt(int64(v), 10))}
+	return cmps, probes, check, puts
+}
+
+// Of reads the VNI the keys give uid (0: none) and the uid key's ModRevision.
+func (s *VNIs) Of(ctx context.Context, uid string) (int32, int64, error) {
+	resp, err := s.client.Get(ctx, s.UIDKey(uid))
+	if err != nil || len(resp.Kvs) == 0 {
+		return 0, 0, err
+	}
+	v, err := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 32)
+	if err != nil {
+		return 0, resp.Kvs[0].ModRevision, nil
+	}
+	return int32(v), resp.Kvs[0].ModRevision, nil
+}
+
+// DeleteOps are the ops of a Network's delete transaction that remove its keys, given the VNI its
+// uid key held when read (0: none): the uid key, and the VNI key only if it still names uid.
+func (s *VNIs) DeleteOps(uid string, v int32) []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpDelete(s.UIDKey(uid))}
+	if v != 0 {
+		vk := s.VNIKey(v)
+		ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(vk), "=", uid)},
+			[]clientv3.Op{clientv3.OpDelete(vk)}, nil))
+	}
+	return ops
+}
+
+// Assign gives uid a VNI outside any Network transaction (the repair, for a Network stored
+// without one), guarded by cmps (the Network unchanged); it probes on conflict. It returns the
+// VNI, ErrTaken when uid got one meanwhile, changed (from check over probes) when the guard of
+// cmps failed, or an *ExhaustedError.
+func (s *VNIs) Assign(ctx context.Context, uid string, cmps []clientv3.Cmp, probes []clientv3.Op,
+	check func([]*etcdserverpb.ResponseOp) error) (int32, error) {
+	for attempt := 0; attempt < 16; attempt++ {
+		v, err := s.Pick(ctx, uid, attempt)
+		if err != nil {
+			return 0, err
+		}
+		gc, gp, _, puts := s.Guard(uid, v)
+		resp, err := s.client.Txn(ctx).If(append(append([]clientv3.Cmp(nil), cmps...), gc...)...).Then(puts...).
+			Else(append(append([]clientv3.Op(nil), probes...), gp...)...).Commit()
+		if err != nil {
+			return 0, err
+		}
+		if resp.Succeeded {
+			return v, nil
+		}
+		if err := check(resp.Responses[:len(probes)]); err != nil {
+			return 0, err
+		}
+		if resp.Responses[len(probes)+1].GetResponseRange().Count > 0 {
+			return 0, ErrTaken // uid has a VNI now
+		}
+	}
+	return 0, fmt.Errorf("assigning a VNI: gave up after 16 attempts lost to concurrent assignments")
+}
+
+// Key is one VNI key pair side as read.
+type Key struct {
+	Key         string
+	Value       string
+	ModRevision int64
+}
+
+// Stored is every VNI key and uid key at one revision.
+type Stored struct {
+	// ByVNI: VNI → the vni key; ByUID: uid → the uid key.
+	ByVNI map[int32]Key
+	ByUID map[string]Key
+	// Corrupt are keys whose name or value cannot be read.
+	Corrupt []Key
+}
+
+// List reads the keys at rev (0: now).
+func (s *VNIs) List(ctx context.Context, rev int64) (Stored, error) {
+	out := Stored{ByVNI: map[int32]Key{}, ByUID: map[string]Key{}}
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	resp, err := s.client.Get(ctx, s.root+"/", opts...)
+	if err != nil {
+		return out, err
+	}
+	for _, kv := range resp.Kvs {
+		k := keyOf(kv)
+		rest := strings.TrimPrefix(k.Key, s.root+"/")
+		switch {
+		case strings.HasPrefix(rest, "vni/"):
+			v, err := strconv.ParseInt(strings.TrimPrefix(rest, "vni/"), 10, 32)
+			if err != nil {
+				out.Corrupt = append(out.Corrupt, k)
+				continue
+			}
+			out.ByVNI[int32(v)] = k
+		case strings.HasPrefix(rest, "uid/"):
+			out.ByUID[strings.TrimPrefix(rest, "uid/")] = k
+		default:
+			out.Corrupt = append(out.Corrupt, k)
+		}
+	}
+	return out, nil
+}
+
+func keyOf(kv *mvccpb.KeyValue) Key {
+	return Key{Key: string(kv.Key), Value: string(kv.Value), ModRevision: kv.ModRevision}
+}
+
+// Remove deletes key if its ModRevision is still modRevision.
+func (s *VNIs) Remove(ctx context.Context, key string, modRevision int64) (bool, error) {
+	resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRevision)).Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}

@@ -1,0 +1,203 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+func TestParseRange(t *testing.T) {
+	for in, want := range map[string]Range{"1048576-16777215": DefaultRange, "5-5": {5, 5}, " 7 - 9 ": {7, 9}} {
+		got, err := ParseRange(in)
+		if err != nil || got != want {
+			t.Errorf("ParseRange(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "5", "0-5", "9-7", "1-16777216", "a-b", "-1-5"} {
+		if r, err := ParseRange(bad); err == nil {
+			t.Errorf("ParseRange(%q) = %v, want an error", bad, r)
+		}
+	}
+}
+
+func TestCandidateInRange(t *testing.T) {
+	s := New(nil, "/s", Range{First: 10, Last: 12})
+	seen := map[int32]bool{}
+	for i := range 100 {
+		v := s.Candidate(fmt.Sprintf("uid-%d", i))
+		if !s.Range.Contains(v) {
+			t.Fatalf("candidate %d outside %s", v, s.Range)
+		}
+		seen[v] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("100 UIDs hit %d of the 3 VNIs", len(seen))
+	}
+}
+
+func startEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Dir = t.TempDir()
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	u := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{u}, []url.URL{u}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{u}, []url.URL{u}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(time.Minute):
+		t.Fatal("etcd not ready")
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Clients[0].Addr().String()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestAssignRacesFillTheRangeExactly: 12 UIDs assigned at once in a range of 10 get 10 distinct
+// VNIs (each key pair consistent) and 2 exhaustion errors; a second assignment of a UID is
+// ErrTaken; DeleteOps free the pair.
+func TestAssignRacesFillTheRangeExactly(t *testing.T) {
+	c := startEtcd(t)
+	ctx := context.Background()
+	s := New(c, "/seg", Range{First: 100, Last: 109})
+	noGuard := func([]*etcdserverpb.ResponseOp) error { return nil }
+	var mu sync.Mutex
+	got := map[int32]string{}
+	exhausted := 0
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			uid := fmt.Sprintf("uid-%d", i)
+			v, err := s.Assign(ctx, uid, nil, nil, noGuard)
+			mu.Lock()
+			defer mu.Unlock()
+			var ex *ExhaustedError
+			switch {
+			case errors.As(err, &ex):
+				exhausted++
+			case err != nil:
+				t.Errorf("%s: %v", uid, err)
+			default:
+				if other, dup := got[v]; dup {
+					t.Errorf("%s and %s both got %d", uid, other, v)
+				}
+				got[v] = uid
+			}
+		}()
+	}
+	wg.Wait()
+	if len(got) != 10 || exhausted != 2 {
+		t.Fatalf("%d assigned, %d exhausted; want 10 and 2", len(got), exhausted)
+	}
+	stored, err := s.List(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v, uid := range got {
+		if !s.Range.Contains(v) || stored.ByVNI[v].Value != uid || stored.ByUID[uid].Value != fmt.Sprint(v) {
+			t.Errorf("VNI %d of %s: keys %+v / %+v", v, uid, stored.ByVNI[v], stored.ByUID[uid])
+		}
+	}
+	var uid string
+	var v int32
+	for v, uid = range got {
+		break
+	}
+	if _, err := s.Assign(ctx, uid, nil, nil, noGuard); !errors.Is(err, ErrTaken) {
+		t.Errorf("a second assignment of %s: %v, want ErrTaken", uid, err)
+	}
+	if of, _, err := s.Of(ctx, uid); err != nil || of != v {
+		t.Errorf("Of(%s) = %d, %v; want %d", uid, of, err, v)
+	}
+	if _, err := c.Txn(ctx).Then(s.DeleteOps(uid, v)...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if stored, err = s.List(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := stored.ByVNI[v]; ok || len(stored.ByVNI) != 9 || len(stored.ByUID) != 9 {
+		t.Errorf("after the delete of %s: %d VNI keys, %d uid keys, VNI %d still held: %v", uid, len(stored.ByVNI), len(stored.ByUID), v, ok)
+	}
+	// DeleteOps never removes a VNI key that names another UID.
+	other := got[(v-100+1)%10+100]
+	if _, err := c.Txn(ctx).Then(s.DeleteOps(uid, (v-100+1)%10+100)...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if stored, _ = s.List(ctx, 0); stored.ByVNI[(v-100+1)%10+100].Value != other {
+		t.Errorf("a delete naming another UID's VNI removed its key")
+	}
+}
+
+// TestPickProbesAcrossWindowsAndWraps: after a conflict, Pick takes the first free VNI from the
+// candidate on, across more than one read window and around the end of the range.
+func TestPickProbesAcrossWindowsAndWraps(t *testing.T) {
+	c := startEtcd(t)
+	ctx := context.Background()
+	s := New(c, "/seg", Range{First: 10, Last: 10 + 3*pickWindow - 1})
+	uid := "uid-x"
+	cand := s.Candidate(uid)
+	// Hold every VNI from the candidate to the end of the range and the first 5 of it.
+	var ops []clientv3.Op
+	hold := func(v int32) {
+		ops = append(ops, clientv3.OpPut(s.VNIKey(v), "other"))
+		if len(ops) == 100 {
+			if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+				t.Fatal(err)
+			}
+			ops = nil
+		}
+	}
+	for v := cand; v <= s.Range.Last; v++ {
+		hold(v)
+	}
+	for v := s.Range.First; v < s.Range.First+5; v++ {
+		hold(v)
+	}
+	if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	want := s.Range.First + 5
+	if cand <= want || s.Range.Last-cand < pickWindow {
+		t.Fatalf("candidate %d of %s: pick another uid for this test", cand, s.Range)
+	}
+	got, err := s.Pick(ctx, uid, 1)
+	if err != nil || got != want {
+		t.Errorf("Pick = %d, %v; want %d (candidate %d)", got, err, want, cand)
+	}
+}
