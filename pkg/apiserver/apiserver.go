@@ -40,7 +40,6 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1beta1"
-	"github.com/samplecrd/network-apiserver/pkg/apiserver/fastjson"
 	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
@@ -121,7 +120,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(samplecrd.GroupName, Scheme, metav1.ParameterCodec, Codecs)
-	group.NegotiatedSerializer = objectBodies{fastjson.NegotiatedSerializer(group.NegotiatedSerializer)}
+	group.NegotiatedSerializer = groupSerializer(group.NegotiatedSerializer)
 	// Both versions share one storage (and so one watch cache): storage works on the internal
 	// version and the handlers convert. v1beta1's errors name its own spec fields.
 	group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version] = map[string]rest.Storage{

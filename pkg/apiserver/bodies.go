@@ -23,7 +23,17 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
+
+	"github.com/samplecrd/network-apiserver/pkg/apiserver/fastjson"
 )
+
+// groupSerializer is what the group's handlers negotiate with: ns, with JSON responses of v1
+// Networks written by fastjson and null request bodies refused. Both wrappers keep the encoders'
+// identifiers stable, so that the watch cache's caching objects serialize each event once per
+// format for all watchers (watch_encoding_test.go).
+func groupSerializer(ns runtime.NegotiatedSerializer) runtime.NegotiatedSerializer {
+	return objectBodies{fastjson.NegotiatedSerializer(ns)}
+}
 
 // errNullBody is why a request body that is null is malformed.
 var errNullBody = errors.New("the request body is null, not an object")

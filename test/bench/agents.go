@@ -294,6 +294,11 @@ func (b *bench) agentWatchers(ctx context.Context, s *side, ns string, names []s
 	if res.MemoryBefore, err = b.agentMemory(ctx, s); err != nil {
 		return nil, err
 	}
+	stamp := b.res.Started.Format("20060102-150405")
+	if cfg.Profile {
+		// The base for the profiles with the watchers open (go tool pprof -diff_base).
+		b.agentProfiles(ctx, s, "before", stamp)
+	}
 
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -371,6 +376,10 @@ func (b *bench) agentWatchers(ctx context.Context, s *side, ns string, names []s
 	res.HeapPerWatcher = float64(res.MemoryOpen.HeapBytes-res.MemoryBefore.HeapBytes) / float64(cfg.Agents)
 	res.HeapStackPerWatcher = float64(res.MemoryOpen.HeapBytes+res.MemoryOpen.StackBytes-
 		res.MemoryBefore.HeapBytes-res.MemoryBefore.StackBytes) / float64(cfg.Agents)
+	if cfg.Profile {
+		// What the open watches hold: the live heap and every goroutine's stack.
+		b.agentProfiles(ctx, s, "open", stamp)
+	}
 
 	base := time.Now()
 	var received atomic.Int64
@@ -385,6 +394,11 @@ func (b *bench) agentWatchers(ctx context.Context, s *side, ns string, names []s
 
 	sent := make([]int64, cfg.AgentUpdates)
 	acked := make([]int64, cfg.AgentUpdates)
+	var profile func() (string, error)
+	if cfg.Profile {
+		// Where the server's CPU goes while it delivers the updates.
+		profile = cpuProfile(ctx, ep, cfg.ProfileSeconds, cfg.Out, fmt.Sprintf("cpu-%s-agents-%s.pprof", s.component, stamp))
+	}
 	cpuBefore := b.sampleCPU()
 	selfBefore, err := cpuTime(os.Getpid())
 	if err != nil {
@@ -453,6 +467,14 @@ func (b *bench) agentWatchers(ctx context.Context, s *side, ns string, names []s
 	}
 	res.ServerCPUMsPerUpd = perOp(cpuBefore, b.sampleCPU(), cfg.AgentUpdates)
 	res.ClientCores = (selfAfter - selfBefore).Seconds() / res.Seconds
+	// Waited for after the CPU figures, which a profile longer than the updates would dilute.
+	if profile != nil {
+		if f, err := profile(); err != nil {
+			b.fail("%s: node agents: CPU profile: %v", s.name, err)
+		} else {
+			s.fig.Profiles = append(s.fig.Profiles, f)
+		}
+	}
 	if res.MemoryUpdated, err = b.agentMemory(ctx, s); err != nil {
 		return nil, err
 	}
@@ -492,6 +514,23 @@ func (b *bench) agentWatchers(ctx context.Context, s *side, ns string, names []s
 		return nil, err
 	}
 	return res, nil
+}
+
+// agentProfiles saves the server's live heap (after a GC) and goroutine profiles, named for the
+// node agents' phase.
+func (b *bench) agentProfiles(ctx context.Context, s *side, phase, stamp string) {
+	for _, kind := range []string{"heap", "goroutine"} {
+		path := "/debug/pprof/" + kind
+		if kind == "heap" {
+			path += "?gc=1"
+		}
+		f, err := saveProfile(ctx, s.direct.endpoint(), path, b.cfg.Out, fmt.Sprintf("%s-%s-agents-%s-%s.pprof", kind, s.component, phase, stamp))
+		if err != nil {
+			b.fail("%s: node agents: %s profile: %v", s.name, kind, err)
+			continue
+		}
+		s.fig.Profiles = append(s.fig.Profiles, f)
+	}
 }
 
 // establishedConnections counts this process's established TCP connections from one of ports
