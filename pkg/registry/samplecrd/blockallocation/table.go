@@ -18,16 +18,14 @@ package blockallocation
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metatable "k8s.io/apimachinery/pkg/api/meta/table"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/table"
 )
 
 // TableConvertor prints BlockAllocations for `kubectl get blk`: NAME, NETWORK, NODE, BLOCKS, AGE,
@@ -46,30 +44,16 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Network-UID", Type: "string", Priority: 1, Description: "UID of the Network."},
 }
 
-func (TableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{}
-	if opts, ok := tableOptions.(*metav1.TableOptions); !ok || !opts.NoHeaders {
-		table.ColumnDefinitions = columns
-	}
-	if m, err := meta.ListAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-		table.Continue = m.GetContinue()
-		table.RemainingItemCount = m.GetRemainingItemCount()
-	} else if m, err := meta.CommonAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	}
-	rows, err := metatable.MetaToTableRow(obj, func(obj runtime.Object, m metav1.Object, name, age string) ([]interface{}, error) {
-		b, ok := obj.(*samplecrd.BlockAllocation)
-		if !ok {
-			return nil, fmt.Errorf("not a BlockAllocation: %T", obj)
-		}
-		cidrs := make([]string, len(b.Blocks))
-		origins := make([]string, len(b.Blocks))
-		for i, block := range b.Blocks {
-			cidrs[i], origins[i] = block.CIDR, block.Origin
-		}
-		return []interface{}{name, b.Network, b.NodeName, strings.Join(cidrs, ","), age, strings.Join(origins, ","), b.NetworkUID}, nil
-	})
-	table.Rows = rows
-	return table, err
+// ConvertToTable prints one BlockAllocation or a list of them.
+func (TableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return convertor.ConvertToTable(ctx, obj, tableOptions)
 }
+
+var convertor = table.Convertor[*samplecrd.BlockAllocation]{Kind: "BlockAllocation", Columns: columns, Row: func(b *samplecrd.BlockAllocation, name, age string) []interface{} {
+	cidrs := make([]string, len(b.Blocks))
+	origins := make([]string, len(b.Blocks))
+	for i, block := range b.Blocks {
+		cidrs[i], origins[i] = block.CIDR, block.Origin
+	}
+	return []interface{}{name, b.Network, b.NodeName, strings.Join(cidrs, ","), age, strings.Join(origins, ","), b.NetworkUID}
+}}

@@ -18,15 +18,14 @@ package network
 
 import (
 	"context"
-	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metatable "k8s.io/apimachinery/pkg/api/meta/table"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/table"
 )
 
 // TableConvertor prints Networks for `kubectl get`: NAME, CIDR, GATEWAY, READY, AGE, and with
@@ -45,29 +44,15 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Observed", Type: "integer", Priority: 1, Description: "Generation the status was computed for."},
 }
 
-func (TableConvertor) ConvertToTable(_ context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{}
-	if opts, ok := tableOptions.(*metav1.TableOptions); !ok || !opts.NoHeaders {
-		table.ColumnDefinitions = columns
-	}
-	if m, err := meta.ListAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-		table.Continue = m.GetContinue()
-		table.RemainingItemCount = m.GetRemainingItemCount()
-	} else if m, err := meta.CommonAccessor(obj); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	}
-	rows, err := metatable.MetaToTableRow(obj, func(obj runtime.Object, m metav1.Object, name, age string) ([]interface{}, error) {
-		n, ok := obj.(*samplecrd.Network)
-		if !ok {
-			return nil, fmt.Errorf("not a Network: %T", obj)
-		}
-		ready, reason := "Unknown", ""
-		if c := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady); c != nil {
-			ready, reason = string(c.Status), c.Reason
-		}
-		return []interface{}{name, n.Spec.CIDR, n.Spec.Gateway, ready, age, reason, n.Status.ObservedGeneration}, nil
-	})
-	table.Rows = rows
-	return table, err
+// ConvertToTable prints one Network or a list of them.
+func (TableConvertor) ConvertToTable(ctx context.Context, obj runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return convertor.ConvertToTable(ctx, obj, tableOptions)
 }
+
+var convertor = table.Convertor[*samplecrd.Network]{Kind: "Network", Columns: columns, Row: func(n *samplecrd.Network, name, age string) []interface{} {
+	ready, reason := "Unknown", ""
+	if c := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady); c != nil {
+		ready, reason = string(c.Status), c.Reason
+	}
+	return []interface{}{name, n.Spec.CIDR, n.Spec.Gateway, ready, age, reason, n.Status.ObservedGeneration}
+}}
