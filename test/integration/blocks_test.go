@@ -150,11 +150,7 @@ func blkCheck(t *testing.T, c versioned.Interface, etcd *clientv3.Client, ns str
 // them as kubectl does, exhausts the prefix, and checks the invariant at each step.
 func TestBlockClaims(t *testing.T) {
 	s := sharedServer(t)
-	ns := testNamespace(t)
-	ctx := testContext(t)
-	c := jsonClient(t, s)
-	etcd := ovlEtcd(t, s)
-	defer etcd.Close()
+	ns, ctx, c, etcd := blkSetup(t, s)
 
 	// A /22 gets /26 blocks (16 of them); the first holds the gateway, so it is handed out in
 	// smaller pieces once the other 15 are gone.
@@ -341,11 +337,7 @@ func TestBlockClaimBadInput(t *testing.T) {
 // node); a move elsewhere moves the gateway key with it, and claims then avoid the new gateway.
 func TestBlockGatewayMove(t *testing.T) {
 	s := sharedServer(t)
-	ns := testNamespace(t)
-	ctx := testContext(t)
-	c := jsonClient(t, s)
-	etcd := ovlEtcd(t, s)
-	defer etcd.Close()
+	ns, ctx, c, etcd := blkSetup(t, s)
 	networks := c.SamplecrdV1().Networks(ns)
 	n, err := networks.Create(ctx, newNetwork("gw", "10.44.0.0/24", ""), metav1.CreateOptions{})
 	if err != nil {
@@ -394,11 +386,7 @@ func TestBlockGatewayMove(t *testing.T) {
 // its BlockAllocations in its own transaction; another Network's stay.
 func TestBlocksGoWithTheirNetwork(t *testing.T) {
 	s := sharedServer(t)
-	ns := testNamespace(t)
-	ctx := testContext(t)
-	c := jsonClient(t, s)
-	etcd := ovlEtcd(t, s)
-	defer etcd.Close()
+	ns, ctx, c, etcd := blkSetup(t, s)
 	networks := c.SamplecrdV1().Networks(ns)
 	var nets []*v1.Network
 	for i, name := range []string{"del", "delx"} {
@@ -441,11 +429,7 @@ func TestBlocksGoWithTheirNetwork(t *testing.T) {
 // its gateway key from its first claim, so no block covers the gateway.
 func TestBlockClaimWritesAMissingGatewayKey(t *testing.T) {
 	s := sharedServer(t)
-	ns := testNamespace(t)
-	ctx := testContext(t)
-	c := jsonClient(t, s)
-	etcd := ovlEtcd(t, s)
-	defer etcd.Close()
+	ns, ctx, c, etcd := blkSetup(t, s)
 	n, err := c.SamplecrdV1().Networks(ns).Create(ctx, newNetwork("old", "10.46.0.0/24", ""), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -466,11 +450,7 @@ func TestBlockClaimWritesAMissingGatewayKey(t *testing.T) {
 // verifier to put it right: afterwards the invariant holds again.
 func TestBlockVerifierFixesKeys(t *testing.T) {
 	s := framework.StartForTest(t, "--allocation-verify-interval=1s")
-	ns := testNamespace(t)
-	ctx := testContext(t)
-	c := jsonClient(t, s)
-	etcd := ovlEtcd(t, s)
-	defer etcd.Close()
+	ns, ctx, c, etcd := blkSetup(t, s)
 	networks := c.SamplecrdV1().Networks(ns)
 	n, err := networks.Create(ctx, newNetwork("vf", "10.47.0.0/24", ""), metav1.CreateOptions{})
 	if err != nil {
@@ -531,11 +511,7 @@ func TestBlockVerifierFixesKeys(t *testing.T) {
 // commits first wins, and no block ever ends up holding the gateway.
 func TestBlockClaimsRaceGatewayMoves(t *testing.T) {
 	s := sharedServer(t)
-	ns := testNamespace(t)
-	ctx := testContext(t)
-	c := jsonClient(t, s)
-	etcd := ovlEtcd(t, s)
-	defer etcd.Close()
+	ns, ctx, c, etcd := blkSetup(t, s)
 	networks := c.SamplecrdV1().Networks(ns)
 	if _, err := networks.Create(ctx, newNetwork("race", "10.48.0.0/24", ""), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -625,4 +601,13 @@ func TestBlockClaimsTwoReplicas(t *testing.T) {
 	if got := blkCheck(t, c1, etcd, ns, n); got != claims {
 		t.Errorf("%d blocks after %d claims", got, claims)
 	}
+}
+
+// blkSetup is what a block test starts from on server s: a namespace of its own, a context, a JSON
+// client and an etcd client, closed when the test ends.
+func blkSetup(t *testing.T, s *framework.Server) (string, context.Context, versioned.Interface, *clientv3.Client) {
+	t.Helper()
+	etcd := ovlEtcd(t, s)
+	t.Cleanup(func() { etcd.Close() })
+	return testNamespace(t), testContext(t), jsonClient(t, s), etcd
 }
