@@ -29,6 +29,10 @@
 #                   volumes such as /etc/cni/net.d, /var/lib/cni, pod logs) stays in its state
 #                   dir; the kubelet's global sysctls are files there holding the values it wants.
 #                   Pods get 10.201.<i>.0/24 on bridge cni0 (the CNI bridge and host-local plugins).
+#                   containerd's second runtime handler, samplecrd (RuntimeClass samplecrd), runs
+#                   runc with the CNI configurations of /etc/cni/samplecrd.d, at most two: a copy
+#                   of the primary one (eth0) and what a network-apiserver agent with
+#                   --cni-conf-dir /etc/cni/samplecrd.d writes there (eth1).
 #   cgroups         every process of the cluster is in a cgroup of its own, lc-<hash>-cp or
 #                   lc-<hash>-node<i> (the hash names the state dir), which is also the kubelet's
 #                   cgroupRoot: down kills what is in them and removes them.
@@ -147,7 +151,7 @@ node_up() {
   local i=$1 name=node$1 d=$NODES_DIR/node$1 ip cidr holder cg=$CG_PREFIX-node$1
   ip=$(node_ip "$i")
   cidr=$(pod_cidr "$i")
-  mkdir -p "$d"/{run,var/lib,var/log,etc/upper/cni/net.d,etc/work,sysctl}
+  mkdir -p "$d"/{run,var/lib,var/log,etc/upper/cni/net.d,etc/upper/cni/samplecrd.d,etc/work,sysctl}
   cgroup_make "$cg"
 
   # The node's namespaces, held by a process that does nothing else.
@@ -180,6 +184,11 @@ node_up() {
   ]
 }
 EOF
+  # The runtime handler samplecrd's directory (containerd.toml below): the primary configuration
+  # first (eth0), then the one configuration list a network-apiserver agent writes there (its
+  # --cni-conf-dir /etc/cni/samplecrd.d) as the pod's second interface. Written before the
+  # overlay is mounted, like the primary one.
+  cp "$d/etc/upper/cni/net.d/10-nodes.conflist" "$d/etc/upper/cni/samplecrd.d/10-nodes.conflist"
   local s sysctl_mounts=""
   for s in "${KUBELET_SYSCTLS[@]}"; do
     mkdir -p "$d/sysctl/$(dirname "${s%%=*}")"
@@ -210,6 +219,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+    # RuntimeClass samplecrd: runc as above, with two CNI configurations from a directory of its own.
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.samplecrd]
+      runtime_type = "io.containerd.runc.v2"
+      cni_conf_dir = "/etc/cni/samplecrd.d"
+      cni_max_conf_num = 2
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.samplecrd.options]
         SystemdCgroup = false
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$BIN/cni"
@@ -384,6 +400,13 @@ cluster_up() {
     done
   done
   local nodes_ready=$SECONDS
+  # The nodes' second runtime handler, for pods that also join a Network (docs/operations.md).
+  admin_kubectl apply -f - >/dev/null <<EOF
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: samplecrd}
+handler: samplecrd
+EOF
   # Cluster DNS, as a Deployment on the nodes.
   admin_kubectl apply -f "$ROOT/hack/local-nodes/coredns.yaml" >/dev/null
   admin_kubectl -n kube-system rollout status deployment/coredns --timeout=120s >/dev/null ||

@@ -101,7 +101,17 @@ patches:
     - op: replace
       path: /spec/caBundle
       value: %s
-`, rel, apiserverTag, caBundle)
+# The agents write their configuration lists to the directory of the nodes' runtime handler
+# samplecrd (docs/operations.md, "Pods on a Network"), not to the primary one.
+- target: {kind: DaemonSet, name: network-agent}
+  patch: |-
+    - op: test
+      path: /spec/template/spec/volumes/0/name
+      value: cni-conf
+    - op: replace
+      path: /spec/template/spec/volumes/0/hostPath/path
+      value: %s
+`, rel, apiserverTag, caBundle, runtimeClassDir)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -275,6 +285,8 @@ spec:
 			t.Errorf("kubectl get networks:\n%s", out)
 		}
 	})
+
+	t.Run("RuntimeClassPods", func(t *testing.T) { runtimeClassPods(t, c, networks) })
 
 	// load runs op every few milliseconds until stop is closed; it counts what failed.
 	type load struct {
