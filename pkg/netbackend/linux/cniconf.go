@@ -43,8 +43,13 @@ const (
 	// KeyField is the top-level field of our configuration lists that records the Network key.
 	KeyField = "samplecrd.k8s.io/network"
 	// CNIVersion is the CNI specification version of the configuration lists (1.1 brings the
-	// STATUS and GC verbs to runtimes).
+	// STATUS and GC verbs to runtimes). The lists say it in cniVersions, which runtimes on libcni
+	// 1.2 or later read (and then use the highest version they support); older runtimes, such as
+	// containerd 1.6 and 1.7, read cniVersion alone, so that stays BaseCNIVersion: they cannot
+	// parse a plugin's 1.1.0 result ("unsupported CNI result version"), and every ADD would fail.
 	CNIVersion = "1.1.0"
+	// BaseCNIVersion is the configuration lists' cniVersion, for runtimes before CNI 1.1.
+	BaseCNIVersion = "1.0.0"
 	// DefaultIPAMDataDir is host-local's own default data directory.
 	DefaultIPAMDataDir = "/var/lib/cni/networks"
 )
@@ -80,11 +85,12 @@ func NetworkName(key string) string {
 }
 
 type confList struct {
-	CNIVersion string `json:"cniVersion"`
-	Name       string `json:"name"`
-	Key        string `json:"samplecrd.k8s.io/network"`
-	BridgeMAC  string `json:"samplecrd.k8s.io/bridge-mac"`
-	Plugins    []any  `json:"plugins"`
+	CNIVersion  string   `json:"cniVersion"`
+	CNIVersions []string `json:"cniVersions"`
+	Name        string   `json:"name"`
+	Key         string   `json:"samplecrd.k8s.io/network"`
+	BridgeMAC   string   `json:"samplecrd.k8s.io/bridge-mac"`
+	Plugins     []any    `json:"plugins"`
 }
 
 // MACField is the top-level field of our configuration lists that records the bridge's MAC, so
@@ -208,10 +214,11 @@ func renderConfig(d netbackend.Desired, ipamDataDir string, bridgeMAC net.Hardwa
 	}
 	mtu := d.EffectiveMTU()
 	list := confList{
-		CNIVersion: CNIVersion,
-		Name:       NetworkName(d.Key),
-		Key:        d.Key,
-		BridgeMAC:  bridgeMAC.String(),
+		CNIVersion:  BaseCNIVersion,
+		CNIVersions: []string{BaseCNIVersion, CNIVersion},
+		Name:        NetworkName(d.Key),
+		Key:         d.Key,
+		BridgeMAC:   bridgeMAC.String(),
 		Plugins: []any{
 			bridgeConf{
 				Type:        "bridge",

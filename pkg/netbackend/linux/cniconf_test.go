@@ -17,6 +17,7 @@ limitations under the License.
 package linux
 
 import (
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -93,6 +94,15 @@ func TestRenderConfig(t *testing.T) {
 	conf := parseConf(t, a)
 	if conf.Key != d.Key || conf.Name != NetworkName(d.Key) || conf.Version != "1.1.0" {
 		t.Errorf("key %q name %q version %q, want version 1.1.0", conf.Key, conf.Name, conf.Version)
+	}
+	// A runtime before CNI 1.1 (containerd 1.6, 1.7) reads only cniVersion: 1.0.0, whose results
+	// it can parse; libcni 1.2 or later picks 1.1.0 from cniVersions (above).
+	var raw struct {
+		CNIVersion  string   `json:"cniVersion"`
+		CNIVersions []string `json:"cniVersions"`
+	}
+	if err := json.Unmarshal(a, &raw); err != nil || raw.CNIVersion != "1.0.0" || !slices.Equal(raw.CNIVersions, []string{"1.0.0", "1.1.0"}) {
+		t.Errorf("cniVersion %q, cniVersions %q (%v): want 1.0.0 and [1.0.0 1.1.0]", raw.CNIVersion, raw.CNIVersions, err)
 	}
 	if !conf.Bridge.HairpinMode || conf.Bridge.IPMasq || !conf.Bridge.IsGateway {
 		t.Errorf("bridge plugin: hairpinMode %v ipMasq %v isGateway %v, want true, false (the default), true",
