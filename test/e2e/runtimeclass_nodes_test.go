@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,6 +74,11 @@ func (c *nodeCluster) podPID(t *testing.T, ns, pod string) (int, string) {
 type podInterface struct {
 	addr netip.Prefix
 	mtu  int
+	mac  string
+}
+
+func (i podInterface) String() string {
+	return fmt.Sprintf("%s mtu %d mac %s", i.addr, i.mtu, i.mac)
 }
 
 func podInterfaces(t *testing.T, pid int) map[string]podInterface {
@@ -104,13 +110,16 @@ func podInterfaces(t *testing.T, pid int) map[string]podInterface {
 		}
 		ifs[name] = pi
 	}
-	// Links without an IPv4 address are missing from "ip -4 addr": list every link.
+	// Every link, also those without an IPv4 address (missing from "ip -4 addr"), and its MAC.
 	for _, l := range nsenter("link", "show") {
 		name, _ := l["ifname"].(string)
-		if _, ok := ifs[name]; !ok {
+		pi, ok := ifs[name]
+		if !ok {
 			mtu, _ := l["mtu"].(float64)
-			ifs[name] = podInterface{mtu: int(mtu)}
+			pi = podInterface{mtu: int(mtu)}
 		}
+		pi.mac, _ = l["address"].(string)
+		ifs[name] = pi
 	}
 	return ifs
 }
@@ -190,6 +199,7 @@ spec:
 	type pod struct {
 		pid        int
 		eth0, net1 netip.Prefix
+		mac1       string
 	}
 	got := map[string]pod{}
 	for _, node := range []string{"node1", "node2"} {
@@ -222,7 +232,7 @@ spec:
 		if eth1.addr.Bits() != 24 || !inBlock || eth1.mtu != 1450 {
 			t.Errorf("%s: eth1 %s MTU %d: want an address of %s's blocks %v with length 24, MTU 1450", name, eth1.addr, eth1.mtu, node, entries[node].Blocks)
 		}
-		got[node] = pod{pid: pid, eth0: ifs["eth0"].addr, net1: eth1.addr}
+		got[node] = pod{pid: pid, eth0: ifs["eth0"].addr, net1: eth1.addr, mac1: eth1.mac}
 	}
 	if got["node1"].net1.Addr() == got["node2"].net1.Addr() {
 		t.Fatalf("both pods have %s on backend", got["node1"].net1.Addr())
@@ -244,13 +254,10 @@ spec:
 	}
 	// The frames crossed the segment: node1's VXLAN device learnt across-node2's eth1 MAC
 	// behind node2's underlay address.
-	mac, err := exec.Command("nsenter", "--net="+fmt.Sprintf("/proc/%d/ns/net", got["node2"].pid), "cat", "/sys/class/net/eth1/address").CombinedOutput()
-	if err != nil {
-		t.Fatalf("across-node2's eth1 MAC: %v\n%s", err, mac)
-	}
+	mac := got["node2"].mac1
 	fdb, err := c.nodeExec(t, "node1", "bridge", "fdb", "show", "dev", entries["node1"].VXLAN)
-	if err != nil || !regexpLine(fdb, strings.TrimSpace(string(mac))+` .*dst 10\.200\.0\.12\b.*`) {
-		t.Errorf("node1's %s: no learnt entry for across-node2's eth1 (%s) behind 10.200.0.12: %v\n%s", entries["node1"].VXLAN, strings.TrimSpace(string(mac)), err, fdb)
+	if err != nil || mac == "" || !regexpLine(fdb, regexp.QuoteMeta(mac)+` .*dst 10\.200\.0\.12\b.*`) {
+		t.Errorf("node1's %s: no learnt entry for across-node2's eth1 (%s) behind 10.200.0.12: %v\n%s", entries["node1"].VXLAN, mac, err, fdb)
 	}
 
 	// The control plane's pods keep the default handler: an apiserver replica has lo and eth0.
