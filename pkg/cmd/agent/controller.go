@@ -34,7 +34,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -71,6 +73,9 @@ type ControllerOptions struct {
 	UnderlayAddress   string
 	UnderlayInterface string
 	OverlayMTU        int
+	// NodeLabels are the node's labels for Networks' spec.nodeSelector while no Node of the
+	// node is watched or seen (standalone mode); the Node's labels count once it is.
+	NodeLabels map[string]string
 }
 
 // Core is what the controller uses of the core Kubernetes API; a nil field turns that use off
@@ -121,6 +126,8 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 		"Interface (in --backend-netns) of the network between nodes; its first global address is the underlay address unless --underlay-address is set. Neither set: no segment across nodes.")
 	fs.IntVar(&c.OverlayMTU, "overlay-mtu", c.OverlayMTU,
 		"MTU of each Network's bridge, VXLAN device and pods when the node has an underlay; 0: the underlay interface's MTU (1500 without one) minus the VXLAN overhead (50, 70 over IPv6).")
+	fs.StringToStringVar(&c.NodeLabels, "node-labels", c.NodeLabels,
+		"This node's labels (k=v,...) that Networks' spec.nodeSelector is matched against while no Node of it is watched (standalone mode); with a Node (--watch-node), the Node's labels count instead. Default none: only Networks without a selector, or with one that requires no label, are realised here.")
 	fs.BoolVar(&c.WatchNode, "watch-node", c.WatchNode,
 		"Watch the Node named --node-name through the core API (attached mode): while it is not Ready this node's status.nodes entries say NodeNotReady, once it is deleted they are withdrawn. Without such a Node, nothing changes.")
 }
@@ -148,6 +155,14 @@ func (c *ControllerOptions) Validate() []error {
 	if c.OverlayMTU != 0 && (c.OverlayMTU < 68 || c.OverlayMTU > 65535) {
 		errs = append(errs, fmt.Errorf("--overlay-mtu must be 0 or between 68 and 65535"))
 	}
+	for k, v := range c.NodeLabels {
+		for _, msg := range validation.IsQualifiedName(k) {
+			errs = append(errs, fmt.Errorf("--node-labels: key %q: %s", k, msg))
+		}
+		for _, msg := range validation.IsValidLabelValue(v) {
+			errs = append(errs, fmt.Errorf("--node-labels: value %q of %s: %s", v, k, msg))
+		}
+	}
 	if c.MinFreeAddresses < 1 {
 		errs = append(errs, fmt.Errorf("--min-free-addresses must be at least 1"))
 	}
@@ -172,7 +187,8 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 	// for everything that uses the backend.
 	defer backend.Close()
 
-	opts := networkcontroller.Options{NodeName: c.NodeName, GCInterval: c.GCInterval, MinFreeAddresses: c.MinFreeAddresses}
+	opts := networkcontroller.Options{NodeName: c.NodeName, GCInterval: c.GCInterval, MinFreeAddresses: c.MinFreeAddresses,
+		NodeLabels: labels.Set(c.NodeLabels)}
 	if opts.Underlay, opts.OverlayMTU, err = c.underlay(); err != nil {
 		return err
 	}

@@ -21,12 +21,14 @@ package network
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -79,6 +81,10 @@ type Options struct {
 	Underlay     netip.Addr
 	UnderlayLink string
 	OverlayMTU   int
+	// NodeLabels are this node's labels for Networks' spec.nodeSelector while its Node is not
+	// known (standalone mode has none: --node-labels); once the Node has been seen, its labels
+	// count instead. A node a Network does not select keeps nothing of it (see deselect).
+	NodeLabels labels.Set
 }
 
 // Controller converges one node's networks with the Networks in the API.
@@ -99,6 +105,7 @@ type Controller struct {
 	nodeSynced cache.InformerSynced // nil without Options.Node
 	nodeMu     sync.Mutex
 	node       nodeState
+	nodeLabels labels.Set // the Node's, once node.known
 
 	blockLister  listers.BlockAllocationLister // nil without Options.Blocks
 	blocksSynced cache.InformerSynced
@@ -253,7 +260,18 @@ func (c *Controller) syncHandler(ctx context.Context, key string) (string, error
 	case err != nil:
 		return "error", err
 	case n.DeletionTimestamp != nil:
+		if done, result, err := c.terminateUnselected(ctx, key, n); done {
+			return result, err
+		}
 		return c.terminate(ctx, key, n)
+	}
+	selected, err := c.selected(n)
+	if err != nil {
+		_, reportErr := c.report(ctx, n, 0, nil, err)
+		return "error", errors.Join(err, reportErr)
+	}
+	if !selected {
+		return c.deselect(ctx, key, n)
 	}
 	return c.sync(ctx, key, n)
 }

@@ -78,7 +78,7 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 	if current := nodestatus.FindEntry(n, c.opts.NodeName); current != nil && apiequality.Semantic.DeepEqual(*current, entry) {
 		return n, nil
 	}
-	if failure != nil && netbackend.ReasonOf(failure) != ReasonTerminating {
+	if reason := netbackend.ReasonOf(failure); failure != nil && reason != ReasonTerminating && reason != ReasonNotSelected {
 		c.event(n, "Warning", EventFailed, fmt.Sprintf("node %s: %v", c.opts.NodeName, failure))
 	}
 	// Deleted meanwhile (nil): the delete event removes it from the node.
