@@ -69,6 +69,9 @@ type ExtraConfig struct {
 	Blocks *allocator.Allocator
 	// BlockSizes are the sizes claims hand out.
 	BlockSizes blockstorage.BlockSizes
+	// NodeLabels, when set (attached mode), tells Nodes' labels: claims for a node a Network's
+	// spec.nodeSelector does not select are refused. nil (standalone): the agents' check alone.
+	NodeLabels blockstorage.NodeLabelsFunc
 	// VNIs are the Networks' VNI keys; nil assigns no VNIs.
 	VNIs *segment.VNIs
 	// VerifyInterval is how often the allocation invariant is verified (and what is safe to fix,
@@ -136,7 +139,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["blockallocations"] = blockAllocations
 		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["networks/blockclaims"] = &blockstorage.ClaimREST{
-			Blocks: c.extra.Blocks, Networks: storage.Etcd, Objects: blockAllocations.Etcd, Sizes: sizes}
+			Blocks: c.extra.Blocks, Networks: storage.Etcd, Objects: blockAllocations.Etcd, Sizes: sizes, NodeLabels: c.extra.NodeLabels}
 	}
 	group.VersionedResourcesStorageMap[v1beta1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"networks":        &v1beta1Networks{storage.Network},

@@ -99,9 +99,23 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var nodes *nodeLabels
+	if client := config.GenericConfig.ClientConfig; client != nil && !o.Standalone {
+		// Block claims for a node a Network's spec.nodeSelector leaves out are refused.
+		if nodes, err = newNodeLabels(client); err != nil {
+			return err
+		}
+		config.Extra.NodeLabels = nodes.Labels
+	}
 	server, err := config.Complete().New()
 	if err != nil {
 		return err
+	}
+	if nodes != nil {
+		server.GenericAPIServer.AddPostStartHookOrDie("start-node-labels", func(hook genericapiserver.PostStartHookContext) error {
+			nodes.start(hook)
+			return nil
+		})
 	}
 	if o.Controller.Enabled {
 		// Events and the Node need the core API: attached mode has it, standalone mode does not.

@@ -77,6 +77,9 @@ type ClaimREST struct {
 	// Networks and Objects are the codecs of Networks and of BlockAllocations.
 	Networks, Objects *networkstorage.EtcdCodec
 	Sizes             BlockSizes
+	// NodeLabels, when set, tells the labels of Nodes: a claim for a node the Network's
+	// spec.nodeSelector does not select is refused (see checkSelected).
+	NodeLabels NodeLabelsFunc
 }
 
 var (
@@ -250,6 +253,9 @@ func (r *ClaimREST) claimOnce(ctx context.Context, ns, name, netKey, objName, ob
 		return nil, err
 	}
 	n, createRevision, prefix := sn.Network, sn.createRevision, sn.prefix
+	if err := r.checkSelected(n, node); err != nil {
+		return nil, err
+	}
 	if !dryRun {
 		if err := r.ensureGateway(ctx, sn, netKey); err != nil {
 			return nil, err
