@@ -86,6 +86,7 @@ func (c *Controller) deselect(ctx context.Context, key string, n *v1.Network) (s
 	c.leasesDone(key)
 	c.forgetClaim(key)
 	if nodestatus.FindEntry(n, c.opts.NodeName) == nil {
+		klog.FromContext(ctx).V(2).Info("The network does not select this node; nothing of it here", "network", key)
 		return "not_selected", nil
 	}
 	if _, err := nodestatus.WithdrawNodeEntry(ctx, c.client, n, c.opts.NodeName, ""); err != nil {
