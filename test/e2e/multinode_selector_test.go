@@ -19,6 +19,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -275,4 +277,60 @@ func selHasLink(n *mnNode, name string) bool {
 		n.t.Fatalf("looking up %s on %s: %v", name, n.name, err)
 	}
 	return err == nil
+}
+
+// TestAggregatedClaimSelector: attached to a real kube-apiserver, network-apiserver refuses a
+// block claim for a Node that the Network's spec.nodeSelector does not select (403 naming the
+// node), grants one for a selected Node, lets a node it knows no Node of through (the agent's
+// own match is the check there), and follows a relabelled Node.
+func TestAggregatedClaimSelector(t *testing.T) {
+	netnstest.RequireRoot(t)
+	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
+	c := localCluster(t)
+	ctx := context.Background()
+	for node, zone := range map[string]string{"sel-1": "a", "sel-3": "b"} {
+		c.kubectl(t, "apply", "-f", writeManifest(t, node+".yaml",
+			"apiVersion: v1\nkind: Node\nmetadata:\n  name: "+node+"\n  labels:\n    zone: "+zone+"\n"))
+	}
+	networks := c.clientset(t).SamplecrdV1().Networks("default")
+	create := func(name, cidr string) {
+		t.Helper()
+		if _, err := networks.Create(ctx, &v1.Network{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1.NetworkSpec{CIDR: cidr, NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"zone": "a"}}}},
+			metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func(network, node string) error {
+		_, err := networks.ClaimBlocks(ctx, network, &v1.BlockClaim{NodeName: node}, metav1.CreateOptions{})
+		return err
+	}
+	// The server's Node informer has the Nodes once a probe Network refuses sel-3.
+	create("probe", "10.41.0.0/24")
+	eventually(t, 60*time.Second, "the server knows sel-3's labels", func() (bool, string) {
+		err := claim("probe", "sel-3")
+		return apierrors.IsForbidden(err), fmt.Sprint(err)
+	})
+
+	create("zoned", "10.40.0.0/24")
+	if err := claim("zoned", "sel-1"); err != nil {
+		t.Fatalf("claim for the selected sel-1: %v", err)
+	}
+	err := claim("zoned", "sel-3")
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "sel-3 is not selected by spec.nodeSelector") {
+		t.Fatalf("claim for sel-3 (zone=b): %v; want 403 sel-3 is not selected by spec.nodeSelector", err)
+	}
+	t.Logf("refused: %v", err)
+	if out, _ := c.kubectlErr("get", "blk", "-n", "default"); strings.Contains(out, "zoned.sel-3") {
+		t.Fatalf("sel-3 holds a block of zoned after the refusal:\n%s", out)
+	}
+	if err := claim("zoned", "no-such-node"); err != nil {
+		t.Fatalf("claim for a node without a Node object: %v; want it granted (the agent checks)", err)
+	}
+
+	c.kubectl(t, "label", "node", "sel-3", "zone=a", "--overwrite")
+	eventually(t, 30*time.Second, "sel-3, relabelled zone=a, may claim", func() (bool, string) {
+		err := claim("zoned", "sel-3")
+		return err == nil, fmt.Sprint(err)
+	})
 }
