@@ -265,6 +265,12 @@ func (c *Controller) syncHandler(ctx context.Context, key string) (string, error
 		}
 		return c.terminate(ctx, key, n)
 	}
+	if n.Spec.NodeSelector != nil && !c.labelsSettled() {
+		// The Node informer has not synced yet: its labels may select the node or not. Act on
+		// neither guess (a wrong one would remove a bridge, or claim a block); look again soon.
+		c.queue.AddAfter(key, labelsRecheck)
+		return "waiting_for_node", nil
+	}
 	selected, err := c.selected(n)
 	if err != nil {
 		_, reportErr := c.report(ctx, n, 0, nil, err)
@@ -273,5 +279,6 @@ func (c *Controller) syncHandler(ctx context.Context, key string) (string, error
 	if !selected {
 		return c.deselect(ctx, key, n)
 	}
+	c.leasesDone(key) // a drain that stopped part way starts afresh next time
 	return c.sync(ctx, key, n)
 }

@@ -108,6 +108,23 @@ func (c *Controller) nodeChanged(obj interface{}, deleted bool) {
 	}
 }
 
+// labelsRecheck is how soon a Network with a selector is looked at again while the Node
+// informer has not synced.
+const labelsRecheck = time.Second
+
+// labelsSettled says whether the node's labels are known well enough to match selectors: the
+// Node has been seen, or there is no Node informer, or it has synced without this node's Node
+// (then Options.NodeLabels count).
+func (c *Controller) labelsSettled() bool {
+	if c.nodeSynced == nil {
+		return true
+	}
+	c.nodeMu.Lock()
+	known := c.node.known
+	c.nodeMu.Unlock()
+	return known || c.nodeSynced()
+}
+
 // selectorLabels returns the labels Networks' spec.nodeSelector is matched against: those of this node's
 // Node once it has been seen, else Options.NodeLabels (standalone mode: --node-labels).
 func (c *Controller) selectorLabels() labels.Set {

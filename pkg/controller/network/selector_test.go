@@ -272,3 +272,46 @@ func TestDeletedNetworkSelectingNoNodeIsReleased(t *testing.T) {
 		t.Fatal("the unselected node made or reported something")
 	}
 }
+
+// TestSelectionWaitsForTheNodeInformer: while the Node informer has not synced and the Node has
+// not been seen, a Network with a selector is left as it is (neither realised on a guess nor
+// removed); once synced without the Node, --node-labels count; once seen, the Node's labels.
+func TestSelectionWaitsForTheNodeInformer(t *testing.T) {
+	n := network("web", "10.1.0.0/24", "10.1.0.1", 1)
+	n.Spec.NodeSelector = zoneSelector("a")
+	f := newFixture(t, n)
+	c := f.controller
+	synced := false
+	c.nodeSynced = func() bool { return synced }
+	c.opts.NodeLabels = labels.Set{"zone": "a"}
+	if result, err := f.sync("team/web"); err != nil || result != "waiting_for_node" {
+		t.Fatalf("sync before the Node informer synced: %s, %v", result, err)
+	}
+	if f.backend.Get("team/web") != nil || len(f.client.Actions()) != 0 {
+		t.Fatalf("acted before the node's labels were known: %+v, %v", f.backend.Get("team/web"), f.client.Actions())
+	}
+	// A Network without a selector does not wait.
+	plain := network("db", "10.2.0.0/24", "10.2.0.1", 1)
+	if err := f.client.Tracker().Add(plain); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.indexer.Add(plain); err != nil {
+		t.Fatal(err)
+	}
+	if result, err := f.sync("team/db"); err != nil || result != "changed" {
+		t.Fatalf("sync of a Network without a selector: %s, %v", result, err)
+	}
+	// Synced, no Node of this node: --node-labels (zone=a) select it.
+	synced = true
+	if result, err := f.sync("team/web"); err != nil || result != "changed" || f.backend.Get("team/web") == nil {
+		t.Fatalf("sync once synced without a Node: %s, %v", result, err)
+	}
+	// The Node appears with zone=b: it counts, and the node drains (nothing attached: removed).
+	node := readyNode("node-a", corev1.ConditionTrue, "KubeletReady")
+	node.Labels = map[string]string{"zone": "b"}
+	c.nodeChanged(node, false)
+	f.refresh("web")
+	if result, err := f.sync("team/web"); err != nil || result != "not_selected" || f.backend.Get("team/web") != nil {
+		t.Fatalf("sync once the Node says zone=b: %s, %v, %+v", result, err, f.backend.Get("team/web"))
+	}
+}
