@@ -95,9 +95,11 @@ func TestMultiNodeSelector(t *testing.T) {
 	pingOnceNS(t, "n2-pod -> n1-pod", p2.ns.Path, p1.ip)
 
 	// Selected: n3 claims a block, and its pod reaches n1's.
+	start := time.Now()
 	selSetSelector(t, client, name, &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 		{Key: "zone", Operator: metav1.LabelSelectorOpIn, Values: []string{"a", "b"}}}})
 	n3.waitConfList(key)
+	t.Logf("n3 selected: configuration list %s after the selector change", time.Since(start).Round(time.Millisecond))
 	if got := selNodeBlocks(t, client, "n3"); len(got) == 0 {
 		t.Fatal("n3, selected, holds no block")
 	}
@@ -105,18 +107,20 @@ func TestMultiNodeSelector(t *testing.T) {
 		e := selEntry(nw, "n3")
 		return e != nil && e.Ready && e.VXLAN != "" && e.UnderlayAddress == n3.underlay.String()
 	})
+	t.Logf("n3 selected: entry ready with its segment %s after the selector change", time.Since(start).Round(time.Millisecond))
 	p3 := selAddPod(t, n3, key, "n3-pod")
 	pingOnceNS(t, "n3-pod -> n1-pod", p3.ns.Path, p1.ip)
 	pingOnceNS(t, "n1-pod -> n3-pod", p1.ns.Path, p3.ip)
 
 	// n2 deselected with its pod attached: drains.
+	start = time.Now()
 	selSetSelector(t, client, name, &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 		{Key: "node", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"n2"}}}})
 	nw = selWaitNetwork(t, client, name, "n2 NotSelected with its pod", func(nw *v1.Network) bool {
 		e := selEntry(nw, "n2")
 		return e != nil && !e.Ready && e.Reason == "NotSelected" && e.Attachments == 1 && nw.Status.ObservedGeneration == nw.Generation
 	})
-	t.Logf("Ready while n2 drains: %+v", nw.Status.Conditions)
+	t.Logf("n2 NotSelected %s after the selector change; Ready while n2 drains: %+v", time.Since(start).Round(time.Millisecond), nw.Status.Conditions)
 	if !selHasLink(n2, netbackend.BridgeName(key)) {
 		t.Fatal("n2's bridge went while its pod is attached")
 	}
@@ -127,10 +131,12 @@ func TestMultiNodeSelector(t *testing.T) {
 	pingOnceNS(t, "n2-pod -> n3-pod (n2 draining)", p2.ns.Path, p3.ip)
 
 	// The runtime's DEL works with what was kept, then everything goes.
+	start = time.Now()
 	if err := selDelPod(n2, key, p2); err != nil {
 		t.Fatalf("DEL of n2's pod while n2 drains: %v", err)
 	}
 	selWaitNetwork(t, client, name, "n2's entry withdrawn", func(nw *v1.Network) bool { return selEntry(nw, "n2") == nil })
+	t.Logf("n2's entry withdrawn %s after its last pod's DEL", time.Since(start).Round(time.Millisecond))
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		_, statErr := os.Stat(linux.ConfPath(n2.confDir, key))
 		return !selHasLink(n2, netbackend.BridgeName(key)) && !selHasLink(n2, netbackend.SegmentDeviceName(key)) && errors.Is(statErr, os.ErrNotExist), nil
