@@ -125,8 +125,8 @@ func (c *Controller) labelsSettled() bool {
 	return known || c.nodeSynced()
 }
 
-// selectorLabels returns the labels Networks' spec.nodeSelector is matched against: those of this node's
-// Node once it has been seen, else Options.NodeLabels (standalone mode: --node-labels).
+// selectorLabels returns the labels Networks' spec.nodeSelector is matched against: those of
+// this node's Node once it has been seen, else Options.NodeLabels (standalone: --node-labels).
 func (c *Controller) selectorLabels() labels.Set {
 	c.nodeMu.Lock()
 	defer c.nodeMu.Unlock()
