@@ -60,6 +60,12 @@ type mnCluster struct {
 // newMNCluster starts the server and nodes n1..n<count>, each agent with agentArgs.
 func newMNCluster(t *testing.T, count int, agentArgs ...string) *mnCluster {
 	t.Helper()
+	return newMNClusterWith(t, nil, count, agentArgs...)
+}
+
+// newMNClusterWith is newMNCluster with more server flags.
+func newMNClusterWith(t *testing.T, serverArgs []string, count int, agentArgs ...string) *mnCluster {
+	t.Helper()
 	netnstest.RequireRoot(t)
 	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
 	for _, p := range []string{"bridge", "host-local", "loopback"} {
@@ -67,7 +73,7 @@ func newMNCluster(t *testing.T, count int, agentArgs ...string) *mnCluster {
 			t.Fatalf("CNI plugin %s not built (hack/build-tools.sh cni): %v", p, err)
 		}
 	}
-	s := startStandalone(t, "--controllers=false")
+	s := startStandalone(t, append([]string{"--controllers=false"}, serverArgs...)...)
 	c := &mnCluster{t: t, s: s, client: s.clientset(t), ul: newUnderlay(t), pluginDir: pluginDir, agentArgs: agentArgs}
 	for i := 1; i <= count; i++ {
 		c.addNode()

@@ -24,10 +24,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/net/icmp"
 	"golang.org/x/net/ipv4"
@@ -38,6 +40,7 @@ import (
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/linux"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
 
@@ -569,4 +572,103 @@ func TestMultiNodeAddRace(t *testing.T) {
 	}
 	assertDisjoint(t, name, blocks)
 	t.Logf("%d ADDs (%d per node, all at once) took %v; %d failed; blocks afterwards: %v", len(podNS), perNode, took, failed, blocks)
+}
+
+// TestMultiNodeAddRaceSmallBlocks: the same burst with blocks of 16 addresses (server flag
+// --block-prefix-length-v4=28), so the burst outruns what a node holds: an ADD never waits for a
+// claim, so some fail with host-local's "no IP addresses available" and nothing else; the agent
+// claims more blocks as leases appear, and each failed ADD, deleted and retried as a runtime
+// does, succeeds. No address is leased twice.
+func TestMultiNodeAddRaceSmallBlocks(t *testing.T) {
+	c := newMNClusterWith(t, []string{"--block-prefix-length-v4=28"}, 3, "--underlay-interface", "eth0")
+	const name, perNode = "smallblocks", 50
+	key := c.createNetwork(name, "10.66.0.0/22")
+	for _, n := range c.nodes {
+		n.waitConfList(key)
+	}
+	podNS := make([]*netnstest.NS, len(c.nodes)*perNode)
+	for i := range podNS {
+		podNS[i] = netnstest.New(t, "pod")
+	}
+	heldBefore := map[string]int{}
+	ctx := context.Background()
+	list, err := c.client.SamplecrdV1().BlockAllocations("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range list.Items {
+		heldBefore[a.NodeName] = len(a.Blocks)
+	}
+	ids := make([]string, len(podNS))
+	errs := make([]error, len(podNS))
+	var wg sync.WaitGroup
+	for i := range podNS {
+		n := c.nodes[i/perNode]
+		ids[i] = fmt.Sprintf("%s-pod%d", n.name, i%perNode)
+		wg.Go(func() { _, errs[i] = n.add(key, ids[i], podNS[i]) })
+	}
+	wg.Wait()
+	failedOn := map[string]int{}
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		n := c.nodes[i/perNode]
+		failedOn[n.name]++
+		if !strings.Contains(err.Error(), "no IP addresses available") {
+			t.Errorf("ADD %s failed otherwise than host-local running out: %v", ids[i], err)
+		}
+	}
+	// Retry each failed ADD as a runtime does (DEL, then ADD again with the conflist as it is
+	// now) until it succeeds: the agents claim behind the leases.
+	retries := 0
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		n := c.nodes[i/perNode]
+		werr := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+			retries++
+			list, lerr := libcni.ConfListFromFile(linux.ConfPath(n.confDir, key))
+			if lerr != nil {
+				return false, lerr
+			}
+			_ = netnstest.InNS(n.ns.Path, func() error {
+				return n.cni.DelNetworkList(ctx, list, &libcni.RuntimeConf{ContainerID: ids[i], NetNS: podNS[i].Path, IfName: "eth0"})
+			})
+			_, err = n.add(key, ids[i], podNS[i])
+			return err == nil, nil
+		})
+		if werr != nil {
+			t.Errorf("ADD %s never succeeded: %v", ids[i], err)
+		}
+	}
+	leasedBy := map[netip.Addr]string{}
+	for _, n := range c.nodes {
+		leases := n.leases(key)
+		if len(leases) != perNode {
+			t.Errorf("%s holds %d leases, want %d", n.name, len(leases), perNode)
+		}
+		for _, a := range leases {
+			if other, ok := leasedBy[a]; ok {
+				t.Errorf("%s leased on %s and on %s", a, other, n.name)
+			}
+			leasedBy[a] = n.name
+		}
+	}
+	list, err = c.client.SamplecrdV1().BlockAllocations("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string][]netip.Prefix{}
+	for _, a := range list.Items {
+		for _, b := range a.Blocks {
+			blocks[a.NodeName] = append(blocks[a.NodeName], netip.MustParsePrefix(b.CIDR))
+		}
+	}
+	assertDisjoint(t, name, blocks)
+	for _, n := range c.nodes {
+		t.Logf("%s: %d blocks before the burst, %d after; %d of %d ADDs failed at first", n.name, heldBefore[n.name], len(blocks[n.name]), failedOn[n.name], perNode)
+	}
+	t.Logf("%d retries in all", retries)
 }
