@@ -632,8 +632,12 @@ func TestMultiNodeFaults(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n| fault | affected pairs | lost pings (of sent) | longest outage | on the node | unaffected pairs: lost | note |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %d | %d (of %d) | %s | %s | %d pairs: %d | %s |\n", r.fault, r.pairs, r.lost, r.sent,
-			ms(r.outage), r.repaired, r.unaffected, r.unaffectedLost, r.note)
+		lost, outage := "—", "—"
+		if r.pairs > 0 {
+			lost, outage = fmt.Sprintf("%d (of %d)", r.lost, r.sent), ms(r.outage)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %d pairs: %d | %s |\n", r.fault, r.pairs, lost, outage,
+			r.repaired, r.unaffected, r.unaffectedLost, r.note)
 	}
 	t.Log(b.String())
 	for _, n := range []*mnNode{n2} {
