@@ -341,20 +341,20 @@ func pollFast(t *testing.T, what string, start time.Time, cond func() bool) time
 	return time.Since(start)
 }
 
-// settle is how long pairs keep pinging after they all answer again: it measures any second
+// faultSettle is how long pairs keep pinging after they all answer again: it measures any second
 // interruption (a late repair, the next resync), it synchronises nothing.
-const settle = 3 * time.Second
+const faultSettle = 3 * time.Second
 
 // measure injects a fault while pairs ping (inject returns what the node showed of the repair),
-// waits until all answer again, keeps pinging for settle, stops them and checks that the
+// waits until all answer again, keeps pinging for faultSettle, stops them and checks that the
 // unaffected pairs lost nothing.
-func measure(t *testing.T, fault string, pairs []*podPair, inject func() string) faultRow {
+func measureFault(t *testing.T, fault string, pairs []*podPair, inject func() string) faultRow {
 	t.Helper()
 	startPairs(t, pairs)
 	at := time.Now()
 	row := faultRow{fault: fault, repaired: inject()}
 	waitPairs(t, pairs, at, "after "+fault)
-	time.Sleep(settle)
+	time.Sleep(faultSettle)
 	stopPairs(pairs)
 	for _, p := range pairs {
 		t.Logf("%s: %s: %s", fault, p, p.stats)
@@ -387,7 +387,7 @@ func stopPairs(pairs []*podPair) {
 	}
 }
 
-func ms(d time.Duration) string {
+func fmtMS(d time.Duration) string {
 	if d < 10*time.Millisecond {
 		return d.Round(10 * time.Microsecond).String()
 	}
@@ -452,12 +452,12 @@ func TestMultiNodeFaults(t *testing.T) {
 
 	// 1. The agent of n2 is killed and started again: the data path does not need it, and the
 	// new agent finds everything in place.
-	rows = append(rows, measure(t, "agent of n2 killed (SIGKILL) and started again", crossPairs(pods, n2), func() string {
+	rows = append(rows, measureFault(t, "agent of n2 killed (SIGKILL) and started again", crossPairs(pods, n2), func() string {
 		n2.killAgent()
 		start := time.Now()
 		n2.startAgent(c.s.kubeconfig, c.agentArgs...)
 		n2.waitLog("Starting network controller")
-		return "agent start → controller started " + ms(time.Since(start))
+		return "agent start → controller started " + fmtMS(time.Since(start))
 	}))
 	if strings.Contains(n2.log.String(), "Converged network") {
 		t.Errorf("the restarted agent changed the node, which was in order:\n%s", n2.log.tail())
@@ -465,7 +465,7 @@ func TestMultiNodeFaults(t *testing.T) {
 
 	// 2. The Network's bridge deleted by hand on n2: the pod's veth and the VXLAN device lose
 	// their master; the agent makes the bridge again and attaches both.
-	rows = append(rows, measure(t, "bridge deleted by hand on n2", crossPairs(pods, n2), func() string {
+	rows = append(rows, measureFault(t, "bridge deleted by hand on n2", crossPairs(pods, n2), func() string {
 		ports := n2.portsOf(bridge)
 		if len(ports) != 2 {
 			t.Fatalf("%s on n2 has ports %v, want the pod's veth and %s", bridge, ports, vx)
@@ -491,11 +491,11 @@ func TestMultiNodeFaults(t *testing.T) {
 			}
 			return true
 		})
-		return fmt.Sprintf("bridge back, up, both ports attached %s after the delete request (which took %s)", ms(took), ms(deleted))
+		return fmt.Sprintf("bridge back, up, both ports attached %s after the delete request (which took %s)", fmtMS(took), fmtMS(deleted))
 	}))
 
 	// 3. The VXLAN device deleted by hand on n2: the agent makes it again with its flood list.
-	rows = append(rows, measure(t, "VXLAN device deleted by hand on n2", crossPairs(pods, n2), func() string {
+	rows = append(rows, measureFault(t, "VXLAN device deleted by hand on n2", crossPairs(pods, n2), func() string {
 		link, err := n2.ns.Netlink.LinkByName(vx)
 		if err != nil {
 			t.Fatal(err)
@@ -511,7 +511,7 @@ func TestMultiNodeFaults(t *testing.T) {
 			return err == nil && err2 == nil && l.Attrs().Flags&net.FlagUp != 0 && l.Attrs().MasterIndex == br.Attrs().Index &&
 				n2.hasPeers(key, true, n1.underlay, n3.underlay)
 		})
-		return fmt.Sprintf("device back, attached, up, both flood entries %s after the delete request (which took %s)", ms(took), ms(deleted))
+		return fmt.Sprintf("device back, attached, up, both flood entries %s after the delete request (which took %s)", fmtMS(took), fmtMS(deleted))
 	}))
 
 	// 4. A fourth node joins while the three ping each other (they lose nothing): time from its
@@ -553,10 +553,10 @@ func TestMultiNodeFaults(t *testing.T) {
 		t.Errorf("n4 never in every other node's flood list with them in its own: n1 %v, n2 %v, n3 %v, n4 %v",
 			n1.floodPeers(key), n2.floodPeers(key), n3.floodPeers(key), n4.floodPeers(key))
 	}
-	time.Sleep(settle)
+	time.Sleep(faultSettle)
 	stopPairs(append(base, join...))
 	row := faultRow{fault: "4th node (n4) joins",
-		repaired: fmt.Sprintf("agent start → n4's pod answers n1's %s, n1's answers n4's %s", ms(answered[0]), ms(answered[1]))}
+		repaired: fmt.Sprintf("agent start → n4's pod answers n1's %s, n1's answers n4's %s", fmtMS(answered[0]), fmtMS(answered[1]))}
 	for _, p := range base {
 		t.Logf("4th node joins: %s: %s", p, p.stats)
 		row.unaffected++
@@ -569,7 +569,7 @@ func TestMultiNodeFaults(t *testing.T) {
 		t.Logf("4th node joins: %s: %s", p, p.stats)
 	}
 	row.note = fmt.Sprintf("agent start → conflist %s, → pod ADDed %s, → n4 in all flood lists (and they in its) %s",
-		ms(confAt), ms(podAt), ms(floodAt))
+		fmtMS(confAt), fmtMS(podAt), fmtMS(floodAt))
 	rows = append(rows, row)
 	pods = append(pods, p4)
 	c.waitSegment(name, c.nodes...)
@@ -585,7 +585,7 @@ func TestMultiNodeFaults(t *testing.T) {
 	}
 	out := &podPair{src: pods[0], dst: pods[2]}
 	var removedAt time.Time
-	row = measure(t, "n3 removed (agent stopped, entry removed via the API)", crossPairs(rest), func() string {
+	row = measureFault(t, "n3 removed (agent stopped, entry removed via the API)", crossPairs(rest), func() string {
 		out.pg = startPing(t, out.String(), out.src.ns.Path, out.dst.ip, pingInterval)
 		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 			return out.pg.answering(5, time.Time{}), nil
@@ -619,7 +619,7 @@ func TestMultiNodeFaults(t *testing.T) {
 			return n1.hasPeers(key, true, n2.underlay, n4.underlay) && n2.hasPeers(key, true, n1.underlay, n4.underlay) &&
 				n4.hasPeers(key, true, n1.underlay, n2.underlay)
 		})
-		return fmt.Sprintf("status update sent → n3 gone from the others' flood lists %s (the update's answer took %s)", ms(took), ms(removeTook))
+		return fmt.Sprintf("status update sent → n3 gone from the others' flood lists %s (the update's answer took %s)", fmtMS(took), fmtMS(removeTook))
 	})
 	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return out.pg.silent(10, removedAt), nil
@@ -634,7 +634,7 @@ func TestMultiNodeFaults(t *testing.T) {
 	for _, r := range rows {
 		lost, outage := "—", "—"
 		if r.pairs > 0 {
-			lost, outage = fmt.Sprintf("%d (of %d)", r.lost, r.sent), ms(r.outage)
+			lost, outage = fmt.Sprintf("%d (of %d)", r.lost, r.sent), fmtMS(r.outage)
 		}
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %d pairs: %d | %s |\n", r.fault, r.pairs, lost, outage,
 			r.repaired, r.unaffected, r.unaffectedLost, r.note)

@@ -61,9 +61,9 @@ type vxFrame struct {
 // innerSource is the inner frame's source MAC.
 func (f vxFrame) innerSource() net.HardwareAddr { return net.HardwareAddr(f.inner[6:12]) }
 
-// capture reads every frame on every interface of a namespace (a packet socket of protocol
+// underlayCapture reads every frame on every interface of a namespace (a packet socket of protocol
 // ETH_P_ALL bound to no interface) and keeps the VXLAN packets' inner frames.
-type capture struct {
+type underlayCapture struct {
 	fd     int
 	mu     sync.Mutex
 	frames []vxFrame
@@ -74,10 +74,10 @@ type capture struct {
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
-// startCapture opens the packet socket in the namespace at nsPath (it stays there).
-func startCapture(t *testing.T, nsPath string) *capture {
+// startUnderlayCapture opens the packet socket in the namespace at nsPath (it stays there).
+func startUnderlayCapture(t *testing.T, nsPath string) *underlayCapture {
 	t.Helper()
-	c := &capture{done: make(chan struct{}), stopc: make(chan struct{})}
+	c := &underlayCapture{done: make(chan struct{}), stopc: make(chan struct{})}
 	err := netnstest.InNS(nsPath, func() (err error) {
 		c.fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
 		return err
@@ -97,7 +97,7 @@ func startCapture(t *testing.T, nsPath string) *capture {
 	return c
 }
 
-func (c *capture) read() {
+func (c *underlayCapture) read() {
 	defer close(c.done)
 	buf := make([]byte, 65536)
 	for {
@@ -121,7 +121,7 @@ func (c *capture) read() {
 }
 
 // stop ends the capture and returns the VXLAN frames seen. It is idempotent.
-func (c *capture) stop() []vxFrame {
+func (c *underlayCapture) stop() []vxFrame {
 	select {
 	case <-c.stopc:
 	default:
@@ -221,7 +221,7 @@ func crossPing(t *testing.T, pods []*mnPod) {
 // bridge's MAC; each Network's frames carry its own VNI.
 func TestMultiNodeIPv6AndGatewayLocal(t *testing.T) {
 	c := newMNCluster(t, 3, "--underlay-interface", "eth0")
-	capt := startCapture(t, c.ul.ns.Path)
+	capt := startUnderlayCapture(t, c.ul.ns.Path)
 	type network struct {
 		name, key string
 		gateway   netip.Addr
