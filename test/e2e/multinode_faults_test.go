@@ -627,6 +627,13 @@ func TestMultiNodeFaults(t *testing.T) {
 		t.Errorf("%s still answered after n3 left the segment", out)
 	}
 	row.note = fmt.Sprintf("%s after the removal: %s", out, out.pg.stop())
+	// Measured, not asserted (a limitation docs/controller.md names): n3 still has its segment
+	// (its agent is only stopped), and a VXLAN device accepts frames from any source, so what
+	// n3's pod sends still arrives, is learnt, and is answered until the others' next sync
+	// removes the learnt entries again.
+	back := startPing(t, "n3 -> n1 after the removal", pods[2].ns.Path, pods[0].ip, pingInterval)
+	time.Sleep(2 * time.Second) // the measurement's length
+	row.note += fmt.Sprintf("; n3 -> n1 after the removal (not a fault of the test): %s", back.stop())
 	rows = append(rows, row)
 
 	var b strings.Builder
