@@ -328,6 +328,18 @@ func TestMultiNodeTwoNetworks(t *testing.T) {
 	if vnis[0] == vnis[1] {
 		t.Fatalf("both Networks have VNI %d", vnis[0])
 	}
+	// The kernel's devices carry them.
+	for _, n := range c.nodes {
+		for i := range names {
+			l, err := n.ns.Netlink.LinkByName(netbackend.SegmentDeviceName(keys[i]))
+			if err != nil {
+				t.Fatalf("%s's VXLAN device on %s: %v", names[i], n.name, err)
+			}
+			if vx, ok := l.(*netlink.Vxlan); !ok || int64(vx.VxlanId) != vnis[i] {
+				t.Errorf("%s's VXLAN device on %s: %+v, want VNI %d", names[i], n.name, l, vnis[i])
+			}
+		}
+	}
 	for i := range names {
 		blocks := map[string][]netip.Prefix{}
 		list, err := c.client.SamplecrdV1().BlockAllocations("default").List(ctx, metav1.ListOptions{
