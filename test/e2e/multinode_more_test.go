@@ -682,5 +682,11 @@ func TestMultiNodeAddRaceSmallBlocks(t *testing.T) {
 	for _, n := range c.nodes {
 		t.Logf("%s: %d blocks before the burst, %d after; %d of %d ADDs failed at first", n.name, heldBefore[n.name], len(blocks[n.name]), failedOn[n.name], perNode)
 	}
-	t.Logf("%d retries in all", retries)
+	failed := 0
+	for _, err := range errs {
+		if err != nil {
+			failed++
+		}
+	}
+	t.Logf("%d retry attempts for the %d failed ADDs", retries, failed)
 }
