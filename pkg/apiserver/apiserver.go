@@ -36,10 +36,12 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/utils/clock"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1beta1"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/release"
 	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
@@ -71,6 +73,12 @@ type ExtraConfig struct {
 	BlockSizes blockstorage.BlockSizes
 	// VNIs are the Networks' VNI keys; nil assigns no VNIs.
 	VNIs *segment.VNIs
+	// BlockReleaseGrace is the least time between the two observations that release a node's
+	// blocks (0: release.DefaultGrace).
+	BlockReleaseGrace time.Duration
+	// Nodes, set in attached mode, tells the block release whether a node's Node is gone; nil
+	// (standalone) releases on the status entry alone.
+	Nodes release.Nodes
 	// VerifyInterval is how often the allocation invariant is verified (and what is safe to fix,
 	// fixed), starting right after the server starts.
 	VerifyInterval time.Duration
@@ -156,6 +164,19 @@ func (c CompletedConfig) New() (*Server, error) {
 				b := &samplecrd.BlockAllocation{}
 				return b, blockAllocations.Etcd.DecodeInto(ctx, kv, b)
 			})
+		// Blocks of nodes none of whose pods can hold an address in them go back, on every
+		// replica (each release is one guarded transaction, so duplicates are harmless).
+		grace := c.extra.BlockReleaseGrace
+		if grace <= 0 {
+			grace = release.DefaultGrace
+		}
+		releaser := &release.Releaser{Store: &release.EtcdStore{Blocks: c.extra.Blocks, Networks: storage.Etcd, Objects: blockAllocations.Etcd},
+			Nodes: c.extra.Nodes, Grace: grace, Clock: clock.RealClock{}}
+		release.RegisterMetrics()
+		generic.AddPostStartHookOrDie("release-blocks", func(hook genericapiserver.PostStartHookContext) error {
+			go releaser.Run(hook)
+			return nil
+		})
 	}
 	if c.extra.VNIs != nil {
 		// VNIs: keys of Networks stored without one (older replicas) assigned, keys of gone

@@ -71,6 +71,8 @@ type ControllerOptions struct {
 	UnderlayAddress   string
 	UnderlayInterface string
 	OverlayMTU        int
+	// Lease is the agent's Lease (lease.go).
+	Lease LeaseOptions
 }
 
 // Core is what the controller uses of the core Kubernetes API; a nil field turns that use off
@@ -80,6 +82,8 @@ type Core struct {
 	Events kubernetes.Interface
 	// Nodes reads this node's Node (with ControllerOptions.WatchNode).
 	Nodes kubernetes.Interface
+	// Leases holds the agent's Lease (ControllerOptions.Lease).
+	Leases kubernetes.Interface
 }
 
 // NewControllerOptions returns the defaults; the node name defaults to the hostname.
@@ -95,6 +99,7 @@ func NewControllerOptions() *ControllerOptions {
 		WatchNode:    true,
 
 		MinFreeAddresses: networkcontroller.DefaultMinFreeAddresses,
+		Lease:            DefaultLeaseOptions,
 	}
 }
 
@@ -121,6 +126,7 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 		"Interface (in --backend-netns) of the network between nodes; its first global address is the underlay address unless --underlay-address is set. Neither set: no segment across nodes.")
 	fs.IntVar(&c.OverlayMTU, "overlay-mtu", c.OverlayMTU,
 		"MTU of each Network's bridge, VXLAN device and pods when the node has an underlay; 0: the underlay interface's MTU (1500 without one) minus the VXLAN overhead (50, 70 over IPv6).")
+	c.Lease.addFlags(fs)
 	fs.BoolVar(&c.WatchNode, "watch-node", c.WatchNode,
 		"Watch the Node named --node-name through the core API (attached mode): while it is not Ready this node's status.nodes entries say NodeNotReady, once it is deleted they are withdrawn. Without such a Node, nothing changes.")
 }
@@ -194,6 +200,13 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 		}
 		nodes.Start(ctx.Done())
 		defer nodes.Shutdown()
+	}
+	if core.Leases != nil {
+		leaseCtx, stopLease := context.WithCancel(ctx)
+		var holding sync.WaitGroup
+		holding.Go(func() { c.Lease.holdLease(leaseCtx, core.Leases, c.NodeName) })
+		defer holding.Wait()
+		defer stopLease()
 	}
 	factory := externalversions.NewSharedInformerFactory(client, c.ResyncPeriod)
 	// Only this node's BlockAllocations: the blocks its configurations hand out.

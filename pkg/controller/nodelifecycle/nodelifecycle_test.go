@@ -261,7 +261,7 @@ func TestDeletedNodeKeptWhileAgentHoldsLease(t *testing.T) {
 			renewed := metav1.NewMicroTime(clock.Now())
 			if _, err := kube.CoordinationV1().Leases("agents").Create(ctx, &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: nodestatus.LeaseName("node-2")},
-				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-2"), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &renewed},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-2"), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &renewed},
 			}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
