@@ -300,6 +300,16 @@ func TestDeletedNodeWithdrawsAfterItsLastLease(t *testing.T) {
 		applied[0].Leases == nil || *applied[0].Leases != 1 || !slices.Contains(applied[0].Blocks, "10.66.0.16/28") {
 		t.Fatalf("entry while a lease is held on a deleted Node: %+v", applied)
 	}
+	claims := f.claims
+	f.refresh("web")
+	f.backend.SetLeases("team/web", "10.66.0.17", "10.66.0.18", "10.66.0.19", "10.66.0.20")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if f.claims != claims {
+		t.Fatalf("a node whose Node is deleted claimed %d more blocks", f.claims-claims)
+	}
+	f.statusApplies()
 	f.refresh("web")
 	f.backend.SetLeases("team/web")
 	if _, err := f.sync("team/web"); err != nil {
