@@ -170,8 +170,28 @@ func (c CompletedConfig) New() (*Server, error) {
 		if grace <= 0 {
 			grace = release.DefaultGrace
 		}
-		releaser := &release.Releaser{Store: &release.EtcdStore{Blocks: c.extra.Blocks, Networks: storage.Etcd, Objects: blockAllocations.Etcd},
-			Nodes: c.extra.Nodes, Grace: grace, Clock: clock.RealClock{}}
+		store := &release.EtcdStore{Blocks: c.extra.Blocks, NetworkKeys: storage.Etcd.KeyPrefix(), ObjectKeys: blockAllocations.Etcd.KeyPrefix(),
+			List: func(ctx context.Context) ([]*samplecrd.BlockAllocation, error) {
+				obj, err := blockAllocations.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll),
+					&metainternalversion.ListOptions{ResourceVersion: "0"})
+				if err != nil {
+					return nil, err
+				}
+				list := obj.(*samplecrd.BlockAllocationList)
+				out := make([]*samplecrd.BlockAllocation, len(list.Items))
+				for i := range list.Items {
+					out[i] = &list.Items[i]
+				}
+				return out, nil
+			},
+			Network: func(ctx context.Context, namespace, name string) (*samplecrd.Network, error) {
+				obj, err := storage.Network.Get(genericapirequest.WithNamespace(ctx, namespace), name, &metav1.GetOptions{ResourceVersion: "0"})
+				if err != nil {
+					return nil, err
+				}
+				return obj.(*samplecrd.Network), nil
+			}}
+		releaser := &release.Releaser{Store: store, Nodes: c.extra.Nodes, Grace: grace, Clock: clock.RealClock{}}
 		release.RegisterMetrics()
 		generic.AddPostStartHookOrDie("release-blocks", func(hook genericapiserver.PostStartHookContext) error {
 			go releaser.Run(hook)

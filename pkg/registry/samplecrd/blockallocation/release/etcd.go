@@ -20,88 +20,92 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strconv"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
-	networkstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/storage"
 )
 
-// EtcdStore reads BlockAllocations and their Networks from etcd and releases them there.
+// EtcdStore finds candidates in the servers' watch caches and releases them in etcd.
+//
+// Reading the caches is enough, however far behind they are: an object read at ModRevision r is
+// exactly what etcd held at r, and the release compares both the Network's and the
+// BlockAllocation's ModRevision with the ones read, so it commits only if both are, at the
+// revision of the commit, still exactly what the decision read. A pass thus costs one LIST of
+// BlockAllocations and one GET of a Network per BlockAllocation from memory, and no etcd read.
 type EtcdStore struct {
-	// Blocks is the allocator of the block keyspace; its client reads and writes.
+	// Blocks is the allocator of the block keyspace; the releases go through its client.
 	Blocks *allocator.Allocator
-	// Networks and Objects are the codecs of Networks and BlockAllocations.
-	Networks, Objects *networkstorage.EtcdCodec
+	// NetworkKeys and ObjectKeys are the etcd key prefixes of Networks and BlockAllocations
+	// (ending in "/"; "<prefix><namespace>/<name>" is an object's key).
+	NetworkKeys, ObjectKeys string
+	// List lists every BlockAllocation, Network reads one Network (nil, nil when there is none),
+	// both from the watch cache, with resourceVersion the object's ModRevision.
+	List    func(ctx context.Context) ([]*samplecrd.BlockAllocation, error)
+	Network func(ctx context.Context, namespace, name string) (*samplecrd.Network, error)
 }
 
-// Candidates reads every BlockAllocation, then the Network of each at the same revision. An
-// object whose Network is gone or is another incarnation is left out: the Network's delete and
-// the verifier remove those.
+// Candidates returns every BlockAllocation whose Network exists with the UID it names. Objects
+// of a gone or replaced Network are the Network delete's and the verifier's to remove.
 func (s *EtcdStore) Candidates(ctx context.Context) ([]Candidate, error) {
-	var objects []struct {
-		obj *samplecrd.BlockAllocation
-		key string
-		rev int64
-	}
-	rev, err := s.Blocks.Scan(ctx, s.Objects.KeyPrefix(), 0, func(kv *mvccpb.KeyValue) error {
-		obj := &samplecrd.BlockAllocation{}
-		if err := s.Objects.DecodeInto(ctx, kv, obj); err != nil {
-			return fmt.Errorf("block allocation %s: %w", kv.Key, err)
-		}
-		objects = append(objects, struct {
-			obj *samplecrd.BlockAllocation
-			key string
-			rev int64
-		}{obj, string(kv.Key), kv.ModRevision})
-		return nil
-	})
+	objects, err := s.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	type stored struct {
+	type read struct {
 		n   *samplecrd.Network
 		rev int64
 	}
-	networks := map[string]stored{}
+	networks := map[string]read{}
 	var out []Candidate
 	for _, o := range objects {
-		netKey := s.Networks.KeyPrefix() + o.obj.Namespace + "/" + o.obj.Network
-		n, ok := networks[netKey]
+		if o.NodeName == "" {
+			continue
+		}
+		objRev, err := strconv.ParseInt(o.ResourceVersion, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("block allocation %s/%s has resourceVersion %q: %w", o.Namespace, o.Name, o.ResourceVersion, err)
+		}
+		netKey := s.NetworkKeys + o.Namespace + "/" + o.Network
+		r, ok := networks[netKey]
 		if !ok {
-			kv, err := s.Blocks.GetAt(ctx, netKey, rev)
+			n, err := s.Network(ctx, o.Namespace, o.Network)
+			if apierrors.IsNotFound(err) {
+				n, err = nil, nil
+			}
 			if err != nil {
 				return nil, err
 			}
-			if kv != nil {
-				network, err := s.Networks.Decode(ctx, kv)
+			if n != nil {
+				rev, err := strconv.ParseInt(n.ResourceVersion, 10, 64)
 				if err != nil {
-					return nil, fmt.Errorf("network %s: %w", netKey, err)
+					return nil, fmt.Errorf("network %s/%s has resourceVersion %q: %w", n.Namespace, n.Name, n.ResourceVersion, err)
 				}
-				n = stored{network, kv.ModRevision}
+				r = read{n, rev}
 			}
-			networks[netKey] = n
+			networks[netKey] = r
 		}
-		if n.n == nil || string(n.n.UID) != o.obj.NetworkUID || o.obj.NodeName == "" {
+		if r.n == nil || string(r.n.UID) != o.NetworkUID {
 			continue
 		}
-		c := Candidate{Namespace: o.obj.Namespace, Network: o.obj.Network, Node: o.obj.NodeName,
-			ObjectKey: o.key, ObjectRevision: o.rev, NetworkKey: netKey, NetworkRevision: n.rev}
-		for i := range n.n.Status.Nodes {
-			if n.n.Status.Nodes[i].NodeName == c.Node {
-				c.Entry = &n.n.Status.Nodes[i]
+		c := Candidate{Namespace: o.Namespace, Network: o.Network, Node: o.NodeName,
+			ObjectKey: s.ObjectKeys + o.Namespace + "/" + o.Name, ObjectRevision: objRev, NetworkKey: netKey, NetworkRevision: r.rev}
+		for i := range r.n.Status.Nodes {
+			if r.n.Status.Nodes[i].NodeName == c.Node {
+				c.Entry = &r.n.Status.Nodes[i]
 				break
 			}
 		}
-		owner := allocator.Owner{Namespace: c.Namespace, Name: c.Network, UID: o.obj.NetworkUID}
-		for _, b := range o.obj.Blocks {
+		owner := allocator.Owner{Namespace: c.Namespace, Name: c.Network, UID: o.NetworkUID}
+		for _, b := range o.Blocks {
 			p, err := netip.ParsePrefix(b.CIDR)
 			if err != nil {
-				continue // not a key the claims wrote; the verifier reports it
+				continue // no key the claims wrote; the verifier reports it
 			}
-			c.Blocks = append(c.Blocks, allocator.Allocation{Scope: o.obj.NetworkUID, Prefix: p, Owner: owner,
+			c.Blocks = append(c.Blocks, allocator.Allocation{Scope: o.NetworkUID, Prefix: p, Owner: owner,
 				Node: c.Node, Role: allocator.RoleBlock})
 		}
 		out = append(out, c)

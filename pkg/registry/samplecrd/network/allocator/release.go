@@ -20,18 +20,8 @@ import (
 	"context"
 	"net/netip"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// GetAt reads one key at revision rev (0: the current one): nil when it is absent there.
-func (a *Allocator) GetAt(ctx context.Context, key string, rev int64) (*mvccpb.KeyValue, error) {
-	resp, err := a.client.Get(ctx, key, clientv3.WithRev(rev))
-	if err != nil || len(resp.Kvs) == 0 {
-		return nil, err
-	}
-	return resp.Kvs[0], nil
-}
 
 // DeleteIf removes the object at objKey and the allocations als in one transaction that holds
 // only if cmps hold; each allocation's key is removed only while it is still stored as that
