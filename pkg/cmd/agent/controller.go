@@ -203,8 +203,10 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 	}
 	if core.Leases != nil {
 		leaseCtx, stopLease := context.WithCancel(ctx)
+		holder := &leaseHolder{options: c.Lease}
+		opts.LeaseHeld = holder.held
 		var holding sync.WaitGroup
-		holding.Go(func() { c.Lease.holdLease(leaseCtx, core.Leases, c.NodeName) })
+		holding.Go(func() { holder.hold(leaseCtx, core.Leases, c.NodeName) })
 		defer holding.Wait()
 		defer stopLease()
 	}

@@ -19,6 +19,7 @@ package agent
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -54,10 +55,33 @@ func (l *LeaseOptions) addFlags(fs *pflag.FlagSet) {
 			"keeps a deleted Node's status entries (and so its address blocks) while that Lease is held. Empty: no Leases, a deleted Node's entries go at once.")
 }
 
-// holdLease renews node's Lease every Renew until ctx is done, when the endpoint serves Leases.
+// leaseHolder renews the agent's Lease and knows whether it holds it.
+type leaseHolder struct {
+	options LeaseOptions
+	clock   clock.PassiveClock
+	// renewed is the time of the last successful renewal, in Unix nanoseconds (0: never).
+	renewed atomic.Int64
+}
+
+// held says whether the last successful renewal is less than the Lease's duration ago, as the
+// server's node lifecycle loop judges the Lease.
+func (h *leaseHolder) held() bool {
+	last := h.renewed.Load()
+	return last != 0 && h.now().Before(time.Unix(0, last).Add(h.options.Duration))
+}
+
+func (h *leaseHolder) now() time.Time {
+	if h.clock == nil {
+		return time.Now()
+	}
+	return h.clock.Now()
+}
+
+// hold renews node's Lease every Renew until ctx is done, when the endpoint serves Leases.
 // Failures are logged and retried at the next renewal: the Lease only matters once the Node is
 // deleted.
-func (l LeaseOptions) holdLease(ctx context.Context, client kubernetes.Interface, node string) {
+func (h *leaseHolder) hold(ctx context.Context, client kubernetes.Interface, node string) {
+	l := h.options
 	if l.Namespace == "" || client == nil || !servesLeases(client) {
 		return
 	}
@@ -65,11 +89,15 @@ func (l LeaseOptions) holdLease(ctx context.Context, client kubernetes.Interface
 	logger.Info("Holding this agent's Lease", "namespace", l.Namespace, "name", nodestatus.LeaseName(node), "duration", l.Duration, "renew", l.Renew)
 	failing := false
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		err := renewLease(ctx, client.CoordinationV1().Leases(l.Namespace), node, l.Duration, clock.RealClock{})
+		now := h.now()
+		err := renewLease(ctx, client.CoordinationV1().Leases(l.Namespace), node, l.Duration, now)
 		switch {
-		case err != nil && !failing:
+		case err == nil:
+			h.renewed.Store(now.UnixNano())
+		case !failing:
 			logger.Error(err, "Renewing this agent's Lease failed; retrying", "namespace", l.Namespace, "name", nodestatus.LeaseName(node))
-		case err == nil && failing:
+		}
+		if err == nil && failing {
 			logger.Info("Renewed this agent's Lease again", "namespace", l.Namespace, "name", nodestatus.LeaseName(node))
 		}
 		failing = err != nil
@@ -83,10 +111,10 @@ type leaseClient interface {
 	Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error)
 }
 
-// renewLease creates node's Lease or renews it: holder the node, renewed now.
-func renewLease(ctx context.Context, leases leaseClient, node string, duration time.Duration, c clock.PassiveClock) error {
+// renewLease creates node's Lease or renews it: holder the node, renewed at at.
+func renewLease(ctx context.Context, leases leaseClient, node string, duration time.Duration, at time.Time) error {
 	name := nodestatus.LeaseName(node)
-	now := metav1.NewMicroTime(c.Now())
+	now := metav1.NewMicroTime(at)
 	seconds := int32(duration / time.Second)
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {

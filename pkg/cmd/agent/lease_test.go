@@ -36,7 +36,7 @@ func TestRenewLease(t *testing.T) {
 	kube := kubefake.NewClientset()
 	leases := kube.CoordinationV1().Leases("agents")
 	clock := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	if err := renewLease(ctx, leases, "node-1", 40*time.Second, clock); err != nil {
+	if err := renewLease(ctx, leases, "node-1", 40*time.Second, clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	lease, err := leases.Get(ctx, "network-agent-node-1", metav1.GetOptions{})
@@ -51,7 +51,7 @@ func TestRenewLease(t *testing.T) {
 	}
 	acquired := lease.Spec.AcquireTime.Time
 	clock.Step(10 * time.Second)
-	if err := renewLease(ctx, leases, "node-1", 40*time.Second, clock); err != nil {
+	if err := renewLease(ctx, leases, "node-1", 40*time.Second, clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	lease, _ = leases.Get(ctx, "network-agent-node-1", metav1.GetOptions{})
@@ -63,11 +63,29 @@ func TestRenewLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Step(10 * time.Second)
-	if err := renewLease(ctx, leases, "node-1", 40*time.Second, clock); err != nil {
+	if err := renewLease(ctx, leases, "node-1", 40*time.Second, clock.Now()); err != nil {
 		t.Fatal(err)
 	}
 	lease, _ = leases.Get(ctx, "network-agent-node-1", metav1.GetOptions{})
 	if *lease.Spec.HolderIdentity != "node-1" || !lease.Spec.AcquireTime.Time.Equal(clock.Now()) {
 		t.Fatalf("taken-over lease: %+v", lease.Spec)
+	}
+}
+
+// TestLeaseHolderHeld: held from a successful renewal until the Lease's duration has passed.
+func TestLeaseHolderHeld(t *testing.T) {
+	clock := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	h := &leaseHolder{options: LeaseOptions{Duration: 40 * time.Second}, clock: clock}
+	if h.held() {
+		t.Fatal("held before any renewal")
+	}
+	h.renewed.Store(clock.Now().UnixNano())
+	clock.Step(39 * time.Second)
+	if !h.held() {
+		t.Fatal("not held 39s after a renewal")
+	}
+	clock.Step(time.Second)
+	if h.held() {
+		t.Fatal("still held 40s after the last renewal")
 	}
 }

@@ -291,6 +291,7 @@ func TestDeletedNodeWithdrawsAfterItsLastLease(t *testing.T) {
 	f.statusApplies()
 	f.refresh("web")
 	f.backend.SetLeases("team/web", "10.66.0.17")
+	f.controller.opts.LeaseHeld = func() bool { return true }
 	f.controller.nodeChanged(readyNode("node-a", corev1.ConditionTrue, "KubeletReady"), true)
 	if _, err := f.sync("team/web"); err != nil {
 		t.Fatal(err)

@@ -72,8 +72,10 @@ func TestAgentFollowsItsNode(t *testing.T) {
 		t.Fatalf("a resync while NotReady wrote again (%v): %v", err, f.client.Actions())
 	}
 
-	// Deleted: this agent still runs, and without a lease count (no blocks here) pods may hold
-	// addresses: the entry stays, marked NodeDeleted.
+	// Deleted: this agent still runs and holds its Lease, and without a lease count (no blocks
+	// here) pods may hold addresses: the entry stays, marked NodeDeleted.
+	leaseHeld := true
+	f.controller.opts.LeaseHeld = func() bool { return leaseHeld }
 	f.controller.nodeChanged(readyNode("node-a", corev1.ConditionUnknown, "NodeStatusUnknown"), true)
 	if _, err := f.sync("team/web"); err != nil {
 		t.Fatal(err)
@@ -90,6 +92,15 @@ func TestAgentFollowsItsNode(t *testing.T) {
 	}
 	if _, err := f.sync("team/web"); err != nil || len(f.client.Actions()) != 0 {
 		t.Fatalf("a resync after the Node was deleted wrote again (%v): %v", err, f.client.Actions())
+	}
+	// Its Lease no longer held (renewals failing), the agent withdraws the entry, as the server
+	// removes it.
+	leaseHeld = false
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.refresh("web"); len(n.Status.Nodes) != 0 {
+		t.Fatalf("entries of a deleted Node's agent without its Lease: %+v", n.Status.Nodes)
 	}
 
 	f.controller.nodeChanged(readyNode("node-a", corev1.ConditionTrue, "KubeletReady"), false)
