@@ -62,7 +62,8 @@ type ControllerOptions struct {
 	ResyncPeriod time.Duration
 	GCInterval   time.Duration
 	// WatchNode watches the Node named NodeName when a core API client is at hand: while it is
-	// not Ready the node's status entries say NodeNotReady; once it is deleted they are withdrawn.
+	// not Ready the node's status entries say NodeNotReady; once it is deleted they say
+	// NodeDeleted while the agent holds its Lease and pods hold addresses, else are withdrawn.
 	WatchNode bool
 	// MinFreeAddresses is the free addresses the node keeps in its blocks of each Network.
 	MinFreeAddresses int
@@ -128,7 +129,7 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 		"MTU of each Network's bridge, VXLAN device and pods when the node has an underlay; 0: the underlay interface's MTU (1500 without one) minus the VXLAN overhead (50, 70 over IPv6).")
 	c.Lease.addFlags(fs)
 	fs.BoolVar(&c.WatchNode, "watch-node", c.WatchNode,
-		"Watch the Node named --node-name through the core API (attached mode): while it is not Ready this node's status.nodes entries say NodeNotReady, once it is deleted they are withdrawn. Without such a Node, nothing changes.")
+		"Watch the Node named --node-name through the core API (attached mode): while it is not Ready this node's status.nodes entries say NodeNotReady; once it is deleted they say NodeDeleted while this agent holds its Lease and pods hold addresses, and are withdrawn otherwise. Without such a Node, nothing changes.")
 }
 
 // Validate checks the flags.

@@ -151,7 +151,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Controller.AddFlags(fs, true)
 	fs.BoolVar(&o.NodeLifecycle, "node-lifecycle", o.NodeLifecycle,
 		"In attached mode, watch Nodes: mark the status.nodes entries of a Node that is not Ready NodeNotReady, and remove those of a deleted Node "+
-			"(releasing a Network being deleted that only they held). Needs get, list and watch on nodes.")
+			"(releasing a Network being deleted that only they held) once its agent's Lease (--agent-lease-namespace) is not held or the entry reports leases: 0; "+
+			"until then they say NodeDeleted. Needs get, list and watch on nodes (attached mode needs them anyway: the block release checks that a Node is gone).")
 	fs.StringVar(&o.TemplateFile, "network-template-file", o.TemplateFile,
 		"YAML file holding the network template (labels, annotations, spec fields merged into every new Network); re-read when it changes. "+
 			"Without it, attached mode reads the ConfigMap network-template (key template) in --template-namespace.")
