@@ -25,7 +25,9 @@ limitations under the License.
 // attachments kept), under the node's own field manager, exactly as the node's agent writes it
 // while it sees its Node not Ready: whoever writes first, the other finds nothing to change. For
 // an entry whose Node has been deleted it removes the entry, the way Kubernetes lets go of the pods
-// of a deleted Node; a Network being deleted is then released once no remaining entry reports
+// of a deleted Node — unless (WithAgentLeases) the node's agent still holds its Lease and the entry
+// does not report zero leases: pods there may still hold addresses of the node's blocks, so the
+// entry stays, marked NodeDeleted as the agent marks it, and is checked again every recheck; a Network being deleted is then released once no remaining entry reports
 // attachments and no Ready node is left to release it. Entries whose name is not, and never was,
 // a Node (a controller run with a --node-name of its own, as in a cluster without nodes) are left
 // alone. Several replicas may run it at once: they write the same content, conditional on the
