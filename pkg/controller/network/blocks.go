@@ -108,6 +108,11 @@ func blocksOf(a *v1.BlockAllocation, prefix netip.Prefix) []netip.Prefix {
 
 // claim asks the server for one more block of n for this node and remembers the answer.
 func (c *Controller) claim(ctx context.Context, n *v1.Network) (*v1.BlockAllocation, error) {
+	if c.nodeStatus().deleted {
+		// A node whose Node is gone keeps what it holds while pods may use it, and takes no more:
+		// its blocks are released once it reports no leases.
+		return nil, netbackend.Errorf(ReasonNodeDeleted, "node %s's Node is deleted: it claims no address block", c.opts.NodeName)
+	}
 	a, err := c.client.SamplecrdV1().Networks(n.Namespace).ClaimBlocks(ctx, n.Name,
 		&v1.BlockClaim{NodeName: c.opts.NodeName}, metav1.CreateOptions{})
 	if err != nil {
@@ -153,7 +158,7 @@ func (c *Controller) firstBlocks(ctx context.Context, n *v1.Network, prefix neti
 // is returned.
 func (c *Controller) keepHeadroom(ctx context.Context, n *v1.Network, prefix netip.Prefix, gateway netip.Addr, v blockView, leases []string, ports int) (bool, error) {
 	free := freeAddresses(v.blocks, prefix, gateway, leases, ports)
-	if free >= int64(c.opts.MinFreeAddresses) {
+	if free >= int64(c.opts.MinFreeAddresses) || c.nodeStatus().deleted {
 		return false, nil
 	}
 	klog.FromContext(ctx).V(2).Info("Free addresses below the threshold; claiming another block",

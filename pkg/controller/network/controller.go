@@ -49,6 +49,10 @@ import (
 type Options struct {
 	// NodeName is this node; it names the status entry and the field manager.
 	NodeName string
+	// LeaseHeld says whether this agent holds its Lease (nil: it holds none). Once its Node is
+	// deleted, only an agent holding its Lease keeps reporting (NodeDeleted): the server's node
+	// lifecycle loop removes the entries of one that does not.
+	LeaseHeld func() bool
 	// GCInterval is how often orphans are collected after the collection at start.
 	GCInterval time.Duration
 	// Recorder records Events on Networks; nil records none (standalone mode has no Events API).

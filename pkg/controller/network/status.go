@@ -67,11 +67,14 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 		entry.Reason, entry.Message = netbackend.ReasonOf(failure), failure.Error()
 	}
 	// While the Node is not Ready the entry says so, exactly as the server's node lifecycle loop
-	// marks it, so the two never undo each other; once the Node is deleted the entry goes, as
-	// that loop removes it.
+	// marks it, so the two never undo each other. Once the Node is deleted the entry says
+	// NodeDeleted while pods may hold addresses (the blocks stay while it does), and goes once it
+	// reports no leases or this agent holds no Lease, as that loop removes it.
 	switch node := c.nodeStatus(); {
-	case node.deleted:
+	case node.deleted && (nodestatus.ReportsNoLeases(entry) || c.opts.LeaseHeld == nil || !c.opts.LeaseHeld()):
 		return nodestatus.WithdrawNodeEntry(ctx, c.client, n, c.opts.NodeName, "")
+	case node.deleted:
+		entry = nodestatus.MarkNodeDeleted(entry)
 	case node.why != "":
 		entry = nodestatus.MarkNodeNotReady(entry, node.why)
 	}
