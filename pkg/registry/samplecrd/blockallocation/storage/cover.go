@@ -161,6 +161,12 @@ func (r *ClaimREST) coverOnce(ctx context.Context, ns, name, netKey, objName, ob
 		if other != nil {
 			continue // another node's block or the gateway: the agent names the conflict
 		}
+		if len(current.Blocks) >= r.Sizes.MaxPerNode {
+			// Cover blocks count against the cap too (a release deletes a node's blocks in one
+			// transaction): what is committed stays, the rest is named.
+			return nil, exhausted(name, fmt.Sprintf("%s: node %s holds %d blocks, the most one node may hold (--max-blocks-per-node); lease %s and those after it are not covered",
+				prefix, node, len(current.Blocks), lease))
+		}
 		taken = append(taken, allocator.Allocation{Prefix: block, Node: node, Role: allocator.RoleBlock})
 		current.Blocks = append(current.Blocks, samplecrd.Block{CIDR: block.String(), ClaimedAt: metav1.Now(), Origin: samplecrd.BlockOriginCoversLeases})
 		if dryRun {
