@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -34,6 +35,7 @@ import (
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
+	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
 // oldRelease is the release before blocks: every node's configuration gives host-local the
@@ -278,4 +280,146 @@ func TestUpgradeFromWholePrefix(t *testing.T) {
 	waitEntry(t, client, name, "n1", "reported its segment", func(e v1.NetworkNodeStatus) bool { return e.VXLAN != "" })
 	pingOnceNS(t, "n1-new0 -> n2-new0", fresh[0].ns.Path, fresh[1].ip)
 	pingOnceNS(t, "n2-new1 -> n1-new1", fresh[3].ns.Path, fresh[2].ip)
+}
+
+// TestUpgradeMixedReplicas: a server of the release before blocks and one of this build side by
+// side on one etcd, agents of this build on two nodes. The old replica's status write decodes
+// the Network with its old types and so drops every field it does not know (status.vni, the
+// entries' blocks, ipamMode, vxlan, mtu, leases); what must not be lost lives elsewhere: the
+// block keys and BlockAllocations (the old replica never writes them) and the segment keys.
+// The copies heal: the new replica's segment loop restores status.vni, each agent re-applies
+// its entry, and fresh claims (held back while entries lack ipamMode: Blocks) go on again.
+func TestUpgradeMixedReplicas(t *testing.T) {
+	netnstest.RequireRoot(t)
+	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
+	old := oldBinary(t)
+	etcd, err := localcluster.StartEtcd(context.Background(), t.TempDir(), filepath.Join(repoRoot, "_output", "bin"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Stop)
+	etcdArgs := []string{"--controllers=false", "--etcd-servers", strings.Join(etcd.Endpoints, ","),
+		"--etcd-cafile", etcd.PKI.CAFile, "--etcd-certfile", etcd.Client.Cert, "--etcd-keyfile", etcd.Client.Key}
+	s := startStandaloneFrom(t, standaloneFiles{}, etcdArgs...)
+	olds := startStandaloneFrom(t, standaloneFiles{binary: old}, etcdArgs...)
+	client, oldClient := s.clientset(t), olds.clientset(t)
+	ctx := context.Background()
+
+	ul := newUnderlay(t)
+	n1, n2 := ul.addNode(t, 1, pluginDir), ul.addNode(t, 2, pluginDir)
+	for _, n := range []*mnNode{n1, n2} {
+		n.startAgent(s.kubeconfig, "--underlay-interface", "eth0")
+	}
+	const name = "mixed"
+	if _, err := client.SamplecrdV1().Networks("default").Create(ctx, &v1.Network{
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NetworkSpec{CIDR: "10.67.0.0/24"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	complete := func(e v1.NetworkNodeStatus) bool {
+		return e.Ready && e.IPAMMode == "Blocks" && len(e.Blocks) > 0 && e.VXLAN != "" && e.MTU == 1450 && e.Leases != nil
+	}
+	before := map[string]v1.NetworkNodeStatus{}
+	for _, node := range []string{"n1", "n2"} {
+		before[node] = waitEntry(t, client, name, node, "reported blocks, segment and MTU", complete)
+	}
+	nw, err := client.SamplecrdV1().Networks("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vni := nw.Status.VNI
+	if vni == 0 {
+		t.Fatal("no status.vni from the new replica")
+	}
+	blkBefore, err := client.SamplecrdV1().BlockAllocations("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdClient, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints, TLS: etcd.TLS, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcdClient.Close()
+	blockKeys := func() string {
+		t.Helper()
+		resp, err := etcdClient.Get(ctx, "/registry/samplecrd.k8s.io/blocks/"+string(nw.UID)+"/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, kv := range resp.Kvs {
+			out = append(out, fmt.Sprintf("%s@%d=%s", kv.Key, kv.ModRevision, kv.Value))
+		}
+		return strings.Join(out, "\n")
+	}
+	keysBefore := blockKeys()
+	if strings.Count(keysBefore, "\n") < 2 {
+		t.Fatalf("block keys before the old replica's write: %s, want the gateway key and a block per node", keysBefore)
+	}
+
+	// Watch through the new replica, then write the status through the old one.
+	w, err := client.SamplecrdV1().Networks("default").Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(), ResourceVersion: nw.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	oldView, err := oldClient.SamplecrdV1().Networks("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := time.Now()
+	if _, err := oldClient.SamplecrdV1().Networks("default").UpdateStatus(ctx, oldView, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("status write through the old replica: %v", err)
+	}
+	// The drop is seen, then the heal: status.vni back, each entry complete again.
+	dropped, healed := false, false
+	deadline := time.After(90 * time.Second)
+	for !healed {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("watch closed")
+			}
+			got, ok := ev.Object.(*v1.Network)
+			if !ok {
+				continue
+			}
+			full := got.Status.VNI == vni && len(got.Status.Nodes) == 2
+			for _, e := range got.Status.Nodes {
+				full = full && complete(e)
+				if e.IPAMMode == "" || len(e.Blocks) == 0 {
+					dropped = true
+				}
+			}
+			if got.Status.VNI == 0 {
+				dropped = true
+			}
+			healed = dropped && full
+		case <-deadline:
+			t.Fatalf("never healed after the old replica's write (drop seen: %v); agents:\n%s\n%s", dropped, n1.log.tail(), n2.log.tail())
+		}
+	}
+	t.Logf("healed %v after the old replica's status write", time.Since(written).Round(time.Millisecond))
+	// Nothing of the blocks was lost or rewritten.
+	blkAfter, err := client.SamplecrdV1().BlockAllocations("default").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blkAfter.Items) != len(blkBefore.Items) {
+		t.Fatalf("BlockAllocations %d after, %d before", len(blkAfter.Items), len(blkBefore.Items))
+	}
+	for i := range blkBefore.Items {
+		b, a := blkBefore.Items[i], blkAfter.Items[i]
+		if a.Name != b.Name || a.ResourceVersion != b.ResourceVersion || fmt.Sprint(a.Blocks) != fmt.Sprint(b.Blocks) {
+			t.Errorf("BlockAllocation %s changed: %+v, was %+v", b.Name, a, b)
+		}
+	}
+	if after := blockKeys(); after != keysBefore {
+		t.Errorf("block keys changed by the old replica:\n%s\nwere:\n%s", after, keysBefore)
+	}
+	// Fresh claims go on once the entries are healed (they waited while ipamMode was gone).
+	if _, err := client.SamplecrdV1().Networks("default").ClaimBlocks(ctx, name, &v1.BlockClaim{NodeName: "n3"}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("a fresh claim after the heal: %v", err)
+	}
 }
