@@ -177,6 +177,10 @@ func TestUpgradeFromWholePrefix(t *testing.T) {
 	collided := b0.ip
 	t.Logf("old release: n1 pods %s %s %s, n2 pod %s", a0.ip, a1.ip, a2.ip, b0.ip)
 
+	// A continuous ping within n1 through the whole upgrade: its lost pings and longest outage
+	// are reported (the figures), and it must be answered at the end.
+	within := startPing(t, "n1-old1 -> n1-old0 during the upgrade", a1.ns.Path, a0.ip, pingInterval)
+
 	// The server first, in place (same etcd data, certificate, port): the old agents keep running.
 	s.stop()
 	s = startStandaloneFrom(t, standaloneFiles{dataDir: s.dataDir, port: s.port}, "--controllers=false")
@@ -242,6 +246,11 @@ func TestUpgradeFromWholePrefix(t *testing.T) {
 		}
 	}
 
+	stats := within.stop()
+	t.Logf("ping within n1 across the server and agent swaps: %s", stats)
+	if !stats.LastOK {
+		t.Errorf("the ping within n1 is not answered after the upgrade: %s", stats)
+	}
 	// The existing pods keep reaching each other within their node, and the gateway.
 	pingOnceNS(t, "n1-old1 -> n1-old0", a1.ns.Path, a0.ip)
 	pingOnceNS(t, "n1-old2 -> n1-old1", a2.ns.Path, a1.ip)
