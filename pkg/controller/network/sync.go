@@ -113,7 +113,11 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 				}
 			}
 			failure = view.failure
-			if failure == nil {
+			switch {
+			case view.conflict != nil && failure != nil:
+				// The conflict lasts until a pod restarts: it leads, the other cause is kept.
+				failure = netbackend.Errorf(ReasonAddressConflict, "%v; also %s: %v", view.conflict, netbackend.ReasonOf(failure), failure)
+			case view.conflict != nil:
 				failure = view.conflict
 			}
 		}

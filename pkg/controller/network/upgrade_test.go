@@ -160,7 +160,8 @@ func TestLeasesFromBeforeBlocksKeepTheWholePrefixUntilCovered(t *testing.T) {
 func TestLeaseInsideAnotherNodesBlockIsAConflict(t *testing.T) {
 	n := blockNetwork()
 	f := newBlocksFixture(t, n)
-	s := &upgradeServer{coverAnswer: []string{"10.66.0.16/28"}, freshAnswer: "10.66.0.32/28"}
+	// Headroom (15 of 16 free after the cover) waits for another node: the conflict leads.
+	s := &upgradeServer{coverAnswer: []string{"10.66.0.16/28"}, freshAnswer: "10.66.0.32/28", freshErr: errWaiting}
 	s.install(f, n)
 	other := &v1.BlockAllocation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web.node-b"}, Network: "web",
 		NetworkUID: string(n.UID), NodeName: "node-b", Blocks: []v1.Block{{CIDR: "10.66.0.2/31", Origin: "CoversLeases"}}}
@@ -182,7 +183,7 @@ func TestLeaseInsideAnotherNodesBlockIsAConflict(t *testing.T) {
 	if len(applied) != 1 || applied[0].Ready || applied[0].Reason != ReasonAddressConflict || applied[0].IPAMMode != "Blocks" {
 		t.Fatalf("entry: %+v, want not ready, AddressConflict, Blocks", applied)
 	}
-	for _, want := range []string{"10.66.0.2 leased on node node-a", "inside node node-b's block 10.66.0.2/31"} {
+	for _, want := range []string{"10.66.0.2 leased on node node-a", "inside node node-b's block 10.66.0.2/31", "; also WaitingForUpgrade: "} {
 		if !strings.Contains(applied[0].Message, want) {
 			t.Errorf("message %q lacks %q", applied[0].Message, want)
 		}
@@ -197,6 +198,7 @@ func TestLeaseInsideAnotherNodesBlockIsAConflict(t *testing.T) {
 		t.Fatalf("cover claimed again for a lease inside another node's block: %v", s.covers)
 	}
 	f.backend.SetLeases("team/web", "10.66.0.21")
+	s.freshErr = nil
 	f.refresh("web")
 	if _, err := f.sync("team/web"); err != nil {
 		t.Fatalf("sync once the conflicting lease went: %v", err)
