@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
@@ -117,7 +118,7 @@ func (c *Controller) drain(ctx context.Context, key string, n *v1.Network, actua
 	if c.blockLister != nil {
 		desired.Blocks = blocksOf(c.nodeAllocation(n), desired.Prefix)
 		desired.DefaultRoute = n.Spec.DefaultRoute != nil && *n.Spec.DefaultRoute
-		extra.blocksMode = true
+		extra.ipamMode = samplecrd.IPAMModeBlocks
 		for _, b := range desired.Blocks {
 			extra.blocks = append(extra.blocks, b.String())
 		}

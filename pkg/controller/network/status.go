@@ -22,7 +22,6 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
-	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
@@ -30,13 +29,14 @@ import (
 
 // entryExtra is what a node with blocks adds to its entry.
 type entryExtra struct {
-	// blocksMode: the node hands out addresses from its blocks only.
-	blocksMode bool
-	underlay   string
-	vxlan      string
-	blocks     []string
-	mtu        int32
-	leases     *int32
+	// ipamMode: how the node hands out addresses (Blocks, or Legacy until its leases from the
+	// whole-prefix configuration are covered).
+	ipamMode string
+	underlay string
+	vxlan    string
+	blocks   []string
+	mtu      int32
+	leases   *int32
 }
 
 // report applies this node's status entry, unless it already says the same, and returns the
@@ -56,9 +56,7 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 		if len(entry.Blocks) == 0 {
 			entry.Blocks = nil
 		}
-		if extra.blocksMode {
-			entry.IPAMMode = samplecrd.IPAMModeBlocks
-		}
+		entry.IPAMMode = extra.ipamMode
 		entry.UnderlayAddress, entry.VXLAN = extra.underlay, extra.vxlan
 		entry.MTU = extra.mtu
 		entry.Leases = extra.leases
