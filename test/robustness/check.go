@@ -85,7 +85,7 @@ func validate(l layout, r *replay, ops []op, watches []watchRecord, faults []fau
 	// The request that created each incarnation, to name it next to a violation.
 	createdBy := map[string]string{}
 	for _, o := range ops {
-		if o.Code == http.StatusCreated && o.UID != "" {
+		if o.Code == http.StatusCreated && o.UID != "" && o.Kind != "claim" {
 			createdBy[o.UID] = o.String()
 		}
 	}
@@ -110,6 +110,9 @@ var uidPattern = regexp.MustCompile(`(?:uid |UID:)([0-9a-f]{8}-[0-9a-f-]{27})`)
 
 // invariantCheck sorts an invariant violation into its kind, so that the summary shows each.
 func invariantCheck(what string) string {
+	if kind, _, ok := strings.Cut(what, ": "); ok && blockViolationKinds[kind] {
+		return checkInvariant + "/" + kind
+	}
 	switch {
 	case strings.HasPrefix(what, "OVERLAP"):
 		return checkInvariant + "/overlap"
@@ -145,6 +148,10 @@ var expectedCodes = map[string][]int{
 	"delete":         {http.StatusOK, http.StatusNotFound, http.StatusConflict},
 	"label":          {http.StatusOK, http.StatusNotFound, http.StatusConflict},
 	"status":         {http.StatusOK, http.StatusNotFound, http.StatusConflict},
+	"unreport":       {http.StatusOK, http.StatusNotFound, http.StatusConflict},
+	// 409: AddressesExhausted, or every block picked was taken first.
+	"claim":   {http.StatusOK, http.StatusCreated, http.StatusNotFound, http.StatusConflict},
+	"gateway": {http.StatusOK, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
 }
 
 func checkOps(f *findings, r *replay, ops []op, faults []fault) {
@@ -175,6 +182,10 @@ func checkOps(f *findings, r *replay, ops []op, faults []fault) {
 			continue
 		}
 		key := o.Namespace + "/" + o.Name
+		if o.Kind == "claim" {
+			checkClaim(f, r, o)
+			continue
+		}
 		if !o.ok() {
 			// A definite refusal: the write must have left nothing.
 			if cs := r.byOp[o.ID]; len(cs) > 0 {
@@ -196,6 +207,17 @@ func checkOps(f *findings, r *replay, ops []op, faults []fault) {
 			if c.Namespace+"/"+c.Name == key {
 				found = &r.byRev[o.RV][i]
 			}
+		}
+		if o.Kind == "unreport" {
+			// Nothing carries its op id: the answer's revision stored this uid without entries
+			// (a removal that changed nothing answers the revision of the last change).
+			switch {
+			case found == nil:
+				f.add(checkAcked, "%s: acknowledged, but the history has no change of %s at revision %d", o, key, o.RV)
+			case found.Type == "DELETED" || found.Obj.UID != o.UID || found.Obj.Nodes != 0:
+				f.add(checkAcked, "%s: acknowledged, but revision %d %s %s uid %s with %d node entries", o, o.RV, found.Type, key, found.Obj.UID, found.Obj.Nodes)
+			}
+			continue
 		}
 		if o.Kind == "delete" && o.RV == 0 {
 			// The answer is a Status with the deleted object's uid but no resourceVersion:
@@ -221,6 +243,9 @@ func checkOps(f *findings, r *replay, ops []op, faults []fault) {
 		case o.Kind != "delete" && !slices.Contains(opIDs(*found), o.ID):
 			f.add(checkAcked, "%s: revision %d of %s does not carry the op", o, o.RV, key)
 		}
+		if found != nil && o.Kind == "gateway" && found.Obj.Gateway != o.Gateway {
+			f.add(checkAcked, "%s: revision %d stored gateway %s", o, o.RV, found.Obj.Gateway)
+		}
 		if found != nil && o.Kind == "create-auto" && o.Code == http.StatusCreated {
 			p, err := netip.ParsePrefix(found.Obj.CIDR)
 			if err != nil || fmt.Sprintf("/%d", p.Bits()) != o.CIDR {
@@ -230,6 +255,24 @@ func checkOps(f *findings, r *replay, ops []op, faults []fault) {
 		if found != nil && o.Code == http.StatusCreated && o.Kind != "create-auto" && found.Obj.CIDR != o.CIDR {
 			f.add(checkAcked, "%s: stored cidr %s", o, found.Obj.CIDR)
 		}
+	}
+}
+
+// checkClaim: an acknowledged claim is in the history at its resourceVersion: the node's
+// BlockAllocation written there, of the Network uid it answered, listing the blocks it answered.
+// (Refused claims leave nothing the history could show; the invariant covers what they wrote.)
+func checkClaim(f *findings, r *replay, o op) {
+	if !o.ok() {
+		return
+	}
+	got, ok := r.blockPuts[blockPut{o.RV, o.Namespace + "/" + o.Name + "." + o.Node}]
+	switch {
+	case !ok:
+		f.add(checkAcked, "%s: acknowledged, but the history wrote no block allocation %s.%s at revision %d", o, o.Name, o.Node, o.RV)
+	case got.NetworkUID != o.UID || !slices.Equal(got.Blocks, o.Blocks) || got.NodeName != o.Node:
+		f.add(checkAcked, "%s: revision %d stored blocks %v of network uid %s for node %s", o, o.RV, got.Blocks, got.NetworkUID, got.NodeName)
+	case len(o.Blocks) == 0:
+		f.add(checkAcked, "%s: acknowledged without a block", o)
 	}
 }
 
@@ -283,7 +326,7 @@ func checkExistence(f *findings, r *replay, ops []op) {
 			continue
 		case o.Code == http.StatusConflict && o.Reason == "AlreadyExists" && strings.HasPrefix(o.Kind, "create"):
 			wantExists = true
-		case o.Code == http.StatusNotFound && (o.Kind == "delete" || o.Kind == "label" || o.Kind == "status"):
+		case o.Code == http.StatusNotFound && o.Kind != "apply" && !strings.HasPrefix(o.Kind, "create"):
 			wantExists = false
 		default:
 			continue
