@@ -173,7 +173,9 @@ func checkOps(f *findings, r *replay, ops []op, faults []fault) {
 			shuttingDown := func(ft fault) bool {
 				return ft.Kind == faultRestart && ft.Replica == o.Replica && o.Code == http.StatusServiceUnavailable
 			}
-			if !inWindow(o, faults, etcdOutage) && !inWindow(o, faults, shuttingDown) {
+			// A partition is an etcd outage for the replica cut off only.
+			partitioned := func(ft fault) bool { return ft.Kind == faultPartition && ft.Replica == o.Replica }
+			if !inWindow(o, faults, etcdOutage) && !inWindow(o, faults, shuttingDown) && !inWindow(o, faults, partitioned) {
 				f.add(checkStatus, "%s: %d outside any etcd outage: %s", o, o.Code, o.Message)
 			}
 			continue
