@@ -283,7 +283,7 @@ func checkClaim(f *findings, r *replay, o op) {
 func checkOrdering(f *findings, ops []op) {
 	var acked []op
 	for _, o := range ops {
-		if o.Err == "" && o.ok() && o.RV > 0 {
+		if o.servedAt() {
 			acked = append(acked, o)
 		}
 	}
@@ -363,7 +363,7 @@ type windows struct {
 func newWindows(ops []op) *windows {
 	var acked []op
 	for _, o := range ops {
-		if o.Err == "" && o.ok() && o.RV > 0 {
+		if o.servedAt() {
 			acked = append(acked, o)
 		}
 	}

@@ -94,6 +94,13 @@ func (o op) write() bool { return true }
 // ok says whether the server acknowledged the write.
 func (o op) ok() bool { return o.Code == http.StatusOK || o.Code == http.StatusCreated }
 
+// servedAt says whether the answer's resourceVersion is the revision the request was served at:
+// an acknowledged write, except an entry removal, which answers an object with no entries to
+// remove unchanged, with the revision of its last change.
+func (o op) servedAt() bool {
+	return o.Err == "" && o.ok() && o.RV > 0 && o.Kind != "unreport"
+}
+
 // trafficConfig is what the clients choose from.
 type trafficConfig struct {
 	Namespaces []string
