@@ -86,6 +86,23 @@ type blockPut struct {
 	Key string // namespace/name
 }
 
+// blockLife is one block key of the history: held at revisions From..To-1 (To 0: to the end).
+type blockLife struct {
+	Network, UID, Node string // namespace/name
+	Prefix             netip.Prefix
+	From, To           int64
+}
+
+// heldDuring says whether the block was held at some revision in [lo, hi].
+func (b blockLife) heldDuring(lo, hi int64) bool { return b.From <= hi && (b.To == 0 || b.To-1 >= lo) }
+
+func decodeRecordCIDR(value []byte, rec *blockRecord) string {
+	if json.Unmarshal(value, rec) != nil {
+		return ""
+	}
+	return rec.CIDR
+}
+
 // blockRecord is the value of a block or gateway key.
 type blockRecord struct {
 	CIDR      string `json:"cidr"`

@@ -325,3 +325,25 @@ func TestClaimChecks(t *testing.T) {
 		t.Errorf("a claim while present: %v", f.byCheck)
 	}
 }
+
+// TestRefusedGatewayChecks: a gateway move refused with 422 must have met a block holding the
+// address, or a prefix that does not allow it.
+func TestRefusedGatewayChecks(t *testing.T) {
+	l := blockLayout
+	r := replayHistory(l, join(netX.created(t, 2), netX.claimed(t, 3, "n0", "10.1.0.64/26")))
+	gw := func(id, addr string, start, end int) op {
+		return op{ID: id, Kind: "gateway", Namespace: "a", Name: "x", Gateway: addr, Start: ms(start), End: ms(end), Code: http.StatusUnprocessableEntity}
+	}
+	ops := []op{
+		{ID: "c0-1", Kind: "claim", Namespace: "a", Name: "x", Node: "n0", Start: ms(10), End: ms(20), Code: http.StatusCreated, UID: "u1", RV: 3, Blocks: []string{"10.1.0.64/26"}},
+		gw("c1-1", "10.1.0.70", 30, 40),    // inside the block: explained
+		gw("c1-2", "10.2.0.5", 50, 60),     // outside the prefix: explained
+		gw("c1-3", "10.1.255.255", 70, 80), // the broadcast address: explained
+		gw("c1-4", "10.1.0.200", 90, 100),  // free: a stale or wrong refusal
+		gw("c1-5", "10.1.0.70", 0, 5),      // before the claim could be seen... but the claim may have been served meanwhile
+	}
+	f := validate(l, r, ops, nil, nil)
+	if got := f.byCheck[checkRefusedGw]; len(got) != 2 || !strings.Contains(got[0], "c1-4") || !strings.Contains(got[1], "c1-5") {
+		t.Errorf("refused-gateway: %v, want c1-4 and c1-5", got)
+	}
+}

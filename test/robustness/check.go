@@ -65,6 +65,7 @@ const (
 	checkOrder      = "real-time-order" // acknowledged writes' revisions respect real time
 	checkExists     = "existence"       // 409 AlreadyExists and 404 NotFound agree with the history
 	checkRefused    = "refused-overlap" // a 422 on a create had something to overlap
+	checkRefusedGw  = "refused-gateway" // a 422 on a gateway move had a block or a prefix to refuse it
 	checkLinear     = "linearizability" // each name's answers are linearizable (porcupine)
 	checkStatus     = "status-codes"    // no 500; 503/504 only during an etcd outage; no unexpected code
 	checkWatch      = "watch"           // ordered, unique, gap-free, resumable, lists match the history
@@ -102,6 +103,7 @@ func validate(l layout, r *replay, ops []op, watches []watchRecord, faults []fau
 	checkOrdering(f, ops)
 	checkExistence(f, r, ops)
 	checkRefusedOverlaps(f, l, r, ops)
+	checkRefusedGateways(f, r, ops)
 	checkWatches(f, r, watches)
 	return f
 }
@@ -455,6 +457,62 @@ func checkRefusedOverlaps(f *findings, l layout, r *replay, ops []op) {
 			f.add(checkRefused, "%s: refused, yet no Network of its scope overlapped %s, nor was its name taken, at any revision from %d to %d", pd.o, pd.p, pd.lo, pd.hi)
 		}
 	}
+}
+
+// checkRefusedGateways: a gateway move answered 422 found, at some revision it could have been
+// served at, its Network's prefix not holding the address as a gateway (outside, or the network
+// or broadcast address), or a block of its Network containing the address.
+func checkRefusedGateways(f *findings, r *replay, ops []op) {
+	w := newWindows(ops)
+	perKey := map[string][]netChange{}
+	for _, c := range r.changes {
+		k := c.Namespace + "/" + c.Name
+		perKey[k] = append(perKey[k], c)
+	}
+	blocksOf := map[string][]blockLife{}
+	for _, b := range r.blockLives {
+		blocksOf[b.Network] = append(blocksOf[b.Network], b)
+	}
+	for _, o := range ops {
+		if o.Err != "" || o.Kind != "gateway" || o.Code != http.StatusUnprocessableEntity {
+			continue
+		}
+		gw, err := netip.ParseAddr(o.Gateway)
+		if err != nil {
+			continue
+		}
+		key := o.Namespace + "/" + o.Name
+		lo, hi := w.bounds(o)
+		explained := false
+		changes := perKey[key]
+		i := sort.Search(len(changes), func(i int) bool { return changes[i].Rev > lo })
+		if i > 0 {
+			i-- // the version at lo
+		}
+		for ; !explained && i < len(changes) && changes[i].Rev <= hi; i++ {
+			c := changes[i]
+			p, err := netip.ParsePrefix(c.Obj.CIDR)
+			explained = c.Type != "DELETED" && (err != nil || !p.Contains(gw) || gw == p.Masked().Addr() || (gw.Is4() && gw == lastAddress(p)))
+		}
+		for _, b := range blocksOf[key] {
+			if explained {
+				break
+			}
+			explained = b.Prefix.Contains(gw) && b.heldDuring(lo, hi)
+		}
+		if !explained {
+			f.add(checkRefusedGw, "%s: refused (%s), yet no block of %s held %s and its prefix allowed it, at any revision from %d to %d", o, o.Message, key, gw, lo, hi)
+		}
+	}
+}
+
+func lastAddress(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
 func checkWatches(f *findings, r *replay, records []watchRecord) {

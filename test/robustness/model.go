@@ -229,10 +229,14 @@ type replay struct {
 	byRev      map[int64][]netChange // the same, by revision
 	byOp       map[string][]netChange
 	blockPuts  map[blockPut]blockObject // BlockAllocations written, by revision and namespace/name
-	violations []violationSpan
-	final      *state
-	lastRev    int64
-	unordered  []string
+	blockLives []blockLife              // every block key, from its put to its delete
+	// blockKeyPuts and maxBlockKeys are figures for the report: block and gateway keys
+	// written, and the most held at one revision.
+	blockKeyPuts, maxBlockKeys int
+	violations                 []violationSpan
+	final                      *state
+	lastRev                    int64
+	unordered                  []string
 }
 
 // violationSpan is one invariant violation and the revisions it held at.
@@ -253,6 +257,7 @@ func replayHistory(l layout, events []kvEvent) *replay {
 	r := &replay{l: l, byRev: map[int64][]netChange{}, byOp: map[string][]netChange{}, blockPuts: map[blockPut]blockObject{}}
 	s := newState()
 	open := map[string]int64{}
+	openBlocks := map[string]int{} // block key -> its index in r.blockLives
 	var prevRev int64
 	closeGone := func(now []string, rev int64) {
 		cur := map[string]bool{}
@@ -285,11 +290,22 @@ func replayHistory(l layout, events []kvEvent) *replay {
 					s.allocations[e.Key] = e.Value
 				}
 			case "block":
+				if i, ok := openBlocks[e.Key]; ok {
+					r.blockLives[i].To = rev
+					delete(openBlocks, e.Key)
+				}
 				if e.Delete {
 					delete(s.blocks, e.Key)
 				} else {
 					s.blocks[e.Key] = e.Value
+					r.blockKeyPuts++
+					var rec blockRecord
+					if p, err := netip.ParsePrefix(decodeRecordCIDR(e.Value, &rec)); err == nil && rec.Role == "block" {
+						openBlocks[e.Key] = len(r.blockLives)
+						r.blockLives = append(r.blockLives, blockLife{Network: rec.Namespace + "/" + rec.Name, UID: rec.UID, Node: rec.Node, Prefix: p, From: rev})
+					}
 				}
+				r.maxBlockKeys = max(r.maxBlockKeys, len(s.blocks))
 			case "segment":
 				if e.Delete {
 					delete(s.segments, e.Key)

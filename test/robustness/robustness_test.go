@@ -141,8 +141,9 @@ func runScenario(t *testing.T, sc scenario, bin, out string, seed int64) {
 	trafficCtx, stopTraffic := context.WithTimeout(ctx, sc.Duration)
 	defer stopTraffic()
 	var clients sync.WaitGroup
+	seen := &blockMemory{}
 	for i := range sc.Clients {
-		cl := newClient(i, seed, c.replicas[i%len(c.replicas)], defaultTraffic, log)
+		cl := newClient(i, seed, c.replicas[i%len(c.replicas)], defaultTraffic, log, seen)
 		clients.Add(1)
 		go func() { defer clients.Done(); cl.run(trafficCtx) }()
 	}

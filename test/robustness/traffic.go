@@ -138,6 +138,28 @@ func (l *opLog) all() []op {
 	return append([]op(nil), l.ops...)
 }
 
+// blockMemory is the last blocks a claim was answered for each Network name, shared by the
+// clients of a run, so that gateway moves aim at held blocks half of the time.
+type blockMemory struct {
+	mu     sync.Mutex
+	blocks map[string][]string // namespace/name -> blocks
+}
+
+func (m *blockMemory) remember(key string, blocks []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.blocks == nil {
+		m.blocks = map[string][]string{}
+	}
+	m.blocks[key] = blocks
+}
+
+func (m *blockMemory) recall(key string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.blocks[key]
+}
+
 // client sends a seeded sequence of operations to one replica until ctx ends.
 type client struct {
 	id      int
@@ -148,10 +170,11 @@ type client struct {
 	seq     int
 	http    *http.Client
 	httpFor *rest.Config
+	seen    *blockMemory
 }
 
-func newClient(id int, seed int64, r *replica, cfg trafficConfig, log *opLog) *client {
-	return &client{id: id, replica: r, cfg: cfg, log: log,
+func newClient(id int, seed int64, r *replica, cfg trafficConfig, log *opLog, seen *blockMemory) *client {
+	return &client{id: id, replica: r, cfg: cfg, log: log, seen: seen,
 		rng: rand.New(rand.NewPCG(uint64(seed), uint64(id)+1))}
 }
 
@@ -227,12 +250,23 @@ func (c *client) step(ctx context.Context) {
 		body = map[string]any{"apiVersion": "samplecrd.k8s.io/v1", "kind": "BlockClaim", "nodeName": o.Node}
 	default:
 		// A gateway among the first addresses of the prefix, where the blocks are picked
-		// first (the lowest free ones): some moves land in a block and must be refused with 422.
+		// first (the lowest free ones), or half of the time inside a block a claim was last
+		// answered for the name: such moves must be refused with 422 while the block is held.
 		o.Kind, method, path, ctype = "gateway", http.MethodPatch, item, "application/merge-patch+json"
-		o.Gateway, o.CIDR = gatewayCandidate(netip.MustParsePrefix(o.CIDR), c.rng), ""
+		target, skipFirst := netip.MustParsePrefix(o.CIDR), true
+		aim := c.rng.IntN(2) == 0
+		if blocks := c.seen.recall(o.Namespace + "/" + o.Name); aim && len(blocks) > 0 {
+			if p, err := netip.ParsePrefix(blocks[c.rng.IntN(len(blocks))]); err == nil {
+				target, skipFirst = p, false
+			}
+		}
+		o.Gateway, o.CIDR = gatewayCandidate(target, skipFirst, c.rng), ""
 		body = map[string]any{"metadata": map[string]any{"labels": map[string]string{opLabel: o.ID}}, "spec": map[string]any{"gateway": o.Gateway}}
 	}
 	c.do(ctx, &o, method, path, ctype, body)
+	if o.Kind == "claim" && o.ok() {
+		c.seen.remember(o.Namespace+"/"+o.Name, o.Blocks)
+	}
 	c.log.add(o)
 	if o.Err != "" {
 		// The replica is down: try again soon, not in a tight loop.
@@ -240,14 +274,19 @@ func (c *client) step(ctx context.Context) {
 	}
 }
 
-// gatewayCandidate is an address among the first 1024 of p (never its network address).
-func gatewayCandidate(p netip.Prefix, rng *rand.Rand) string {
+// gatewayCandidate is an address among the first 1024 of p: never p's first address when
+// skipFirst (a Network's network address), any of a block's.
+func gatewayCandidate(p netip.Prefix, skipFirst bool, rng *rand.Rand) string {
 	size := uint64(1024)
-	if free := p.Addr().BitLen() - p.Bits(); free < 11 {
-		size = 1<<free - 1
+	if free := p.Addr().BitLen() - p.Bits(); free < 10 {
+		size = 1 << free
+	}
+	first := uint64(0)
+	if skipFirst && size > 1 {
+		first, size = 1, size-1
 	}
 	a := p.Masked().Addr()
-	for range 1 + rng.Uint64N(size) {
+	for range first + rng.Uint64N(size) {
 		a = a.Next()
 	}
 	return a.String()
