@@ -96,13 +96,6 @@ type blockLife struct {
 // heldDuring says whether the block was held at some revision in [lo, hi].
 func (b blockLife) heldDuring(lo, hi int64) bool { return b.From <= hi && (b.To == 0 || b.To-1 >= lo) }
 
-func decodeRecordCIDR(value []byte, rec *blockRecord) string {
-	if json.Unmarshal(value, rec) != nil {
-		return ""
-	}
-	return rec.CIDR
-}
-
 // blockRecord is the value of a block or gateway key.
 type blockRecord struct {
 	CIDR      string `json:"cidr"`
@@ -124,6 +117,29 @@ func (l layout) blockKey(uid string, p netip.Prefix) string {
 
 func (l layout) vniKey(v int64) string       { return fmt.Sprintf("%s/segments/vni/%08d", l.Prefix, v) }
 func (l layout) vniUIDKey(uid string) string { return l.Prefix + "/segments/uid/" + uid }
+
+// blockKeyValue is a block or gateway key as stored, decoded once when it is written.
+type blockKeyValue struct {
+	storedBlock
+	raw     []byte
+	uid     string // the Network UID in the key
+	problem string // why it cannot be checked further: undecodable, or not the key of its cidr
+}
+
+func (l layout) parseBlockKey(key string, raw []byte) blockKeyValue {
+	b := blockKeyValue{storedBlock: storedBlock{key: key}, raw: raw}
+	b.uid, _, _ = strings.Cut(strings.TrimPrefix(key, l.Prefix+"/blocks/"), "/")
+	if err := json.Unmarshal(raw, &b.rec); err != nil {
+		b.problem = "cannot be decoded: " + err.Error()
+		return b
+	}
+	p, err := netip.ParsePrefix(b.rec.CIDR)
+	if err != nil || p.Masked() != p || l.blockKey(b.uid, p) != key {
+		b.problem = "is not the key of its cidr"
+	}
+	b.p = p
+	return b
+}
 
 // storedBlock is a block key as read.
 type storedBlock struct {
@@ -157,24 +173,16 @@ func (l layout) blockViolations(s *state) []string {
 	}
 	// Block and gateway keys, by the Network UID of their key.
 	keysOf := map[string][]storedBlock{}
-	blockRoot := l.Prefix + "/blocks/"
-	for key, raw := range s.blocks {
-		uid, _, _ := strings.Cut(strings.TrimPrefix(key, blockRoot), "/")
-		var rec blockRecord
-		if err := json.Unmarshal(raw, &rec); err != nil {
-			add(vBlockOther, "block key %s = %q cannot be decoded: %v", key, raw, err)
+	for key, b := range s.blocks {
+		switch {
+		case b.problem != "":
+			add(vBlockOther, "block key %s = %s %s", key, b.raw, b.problem)
+			continue
+		case byUID[b.uid].UID == "":
+			add(vBlockOrphan, "block key %s = %s: no stored Network has uid %s", key, b.raw, b.uid)
 			continue
 		}
-		p, err := netip.ParsePrefix(rec.CIDR)
-		if err != nil || p.Masked() != p || l.blockKey(uid, p) != key {
-			add(vBlockOther, "block key %s = %s is not the key of its cidr", key, raw)
-			continue
-		}
-		if _, ok := byUID[uid]; !ok {
-			add(vBlockOrphan, "block key %s = %s: no stored Network has uid %s", key, raw, uid)
-			continue
-		}
-		keysOf[uid] = append(keysOf[uid], storedBlock{key: key, rec: rec, p: p})
+		keysOf[b.uid] = append(keysOf[b.uid], b.storedBlock)
 	}
 	// BlockAllocations, by the UID of their Network.
 	objectsOf := map[string][]blockObject{}

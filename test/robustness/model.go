@@ -133,13 +133,13 @@ func (l layout) allocationKey(ns string, p netip.Prefix) string {
 type state struct {
 	networks    map[string]network // by etcd key
 	allocations map[string][]byte
-	blocks      map[string][]byte      // <prefix>/blocks/<uid>/<family>/<hex>: block and gateway keys
-	blockObjs   map[string]blockObject // BlockAllocations, by etcd key
-	segments    map[string]string      // <prefix>/segments/{vni,uid}/...
+	blocks      map[string]blockKeyValue // <prefix>/blocks/<uid>/<family>/<hex>: block and gateway keys
+	blockObjs   map[string]blockObject   // BlockAllocations, by etcd key
+	segments    map[string]string        // <prefix>/segments/{vni,uid}/...
 }
 
 func newState() *state {
-	return &state{networks: map[string]network{}, allocations: map[string][]byte{}, blocks: map[string][]byte{},
+	return &state{networks: map[string]network{}, allocations: map[string][]byte{}, blocks: map[string]blockKeyValue{},
 		blockObjs: map[string]blockObject{}, segments: map[string]string{}}
 }
 
@@ -297,12 +297,12 @@ func replayHistory(l layout, events []kvEvent) *replay {
 				if e.Delete {
 					delete(s.blocks, e.Key)
 				} else {
-					s.blocks[e.Key] = e.Value
+					b := l.parseBlockKey(e.Key, e.Value)
+					s.blocks[e.Key] = b
 					r.blockKeyPuts++
-					var rec blockRecord
-					if p, err := netip.ParsePrefix(decodeRecordCIDR(e.Value, &rec)); err == nil && rec.Role == "block" {
+					if b.problem == "" && b.rec.Role == "block" {
 						openBlocks[e.Key] = len(r.blockLives)
-						r.blockLives = append(r.blockLives, blockLife{Network: rec.Namespace + "/" + rec.Name, UID: rec.UID, Node: rec.Node, Prefix: p, From: rev})
+						r.blockLives = append(r.blockLives, blockLife{Network: b.rec.Namespace + "/" + b.rec.Name, UID: b.rec.UID, Node: b.rec.Node, Prefix: b.p, From: rev})
 					}
 				}
 				r.maxBlockKeys = max(r.maxBlockKeys, len(s.blocks))
