@@ -36,10 +36,12 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/utils/clock"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1beta1"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/release"
 	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
@@ -69,8 +71,17 @@ type ExtraConfig struct {
 	Blocks *allocator.Allocator
 	// BlockSizes are the sizes claims hand out.
 	BlockSizes blockstorage.BlockSizes
+	// NodeLabels, when set (attached mode), tells Nodes' labels: claims for a node a Network's
+	// spec.nodeSelector does not select are refused. nil (standalone): the agents' check alone.
+	NodeLabels blockstorage.NodeLabelsFunc
 	// VNIs are the Networks' VNI keys; nil assigns no VNIs.
 	VNIs *segment.VNIs
+	// BlockReleaseGrace is the least time between the two observations that release a node's
+	// blocks (0: release.DefaultGrace).
+	BlockReleaseGrace time.Duration
+	// Nodes, set in attached mode, tells the block release whether a node's Node is gone; nil
+	// (standalone) releases on the status entry alone.
+	Nodes release.Nodes
 	// VerifyInterval is how often the allocation invariant is verified (and what is safe to fix,
 	// fixed), starting right after the server starts.
 	VerifyInterval time.Duration
@@ -136,7 +147,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["blockallocations"] = blockAllocations
 		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["networks/blockclaims"] = &blockstorage.ClaimREST{
-			Blocks: c.extra.Blocks, Networks: storage.Etcd, Objects: blockAllocations.Etcd, Sizes: sizes}
+			Blocks: c.extra.Blocks, Networks: storage.Etcd, Objects: blockAllocations.Etcd, Sizes: sizes, NodeLabels: c.extra.NodeLabels}
 	}
 	group.VersionedResourcesStorageMap[v1beta1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"networks":        &v1beta1Networks{storage.Network},
@@ -156,6 +167,39 @@ func (c CompletedConfig) New() (*Server, error) {
 				b := &samplecrd.BlockAllocation{}
 				return b, blockAllocations.Etcd.DecodeInto(ctx, kv, b)
 			})
+		// Blocks of nodes none of whose pods can hold an address in them go back, on every
+		// replica (each release is one guarded transaction, so duplicates are harmless).
+		grace := c.extra.BlockReleaseGrace
+		if grace <= 0 {
+			grace = release.DefaultGrace
+		}
+		store := &release.EtcdStore{Blocks: c.extra.Blocks, NetworkKeys: storage.Etcd.KeyPrefix(), ObjectKeys: blockAllocations.Etcd.KeyPrefix(),
+			List: func(ctx context.Context) ([]*samplecrd.BlockAllocation, error) {
+				obj, err := blockAllocations.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll),
+					&metainternalversion.ListOptions{ResourceVersion: "0"})
+				if err != nil {
+					return nil, err
+				}
+				list := obj.(*samplecrd.BlockAllocationList)
+				out := make([]*samplecrd.BlockAllocation, len(list.Items))
+				for i := range list.Items {
+					out[i] = &list.Items[i]
+				}
+				return out, nil
+			},
+			Network: func(ctx context.Context, namespace, name string) (*samplecrd.Network, error) {
+				obj, err := storage.Network.Get(genericapirequest.WithNamespace(ctx, namespace), name, &metav1.GetOptions{ResourceVersion: "0"})
+				if err != nil {
+					return nil, err
+				}
+				return obj.(*samplecrd.Network), nil
+			}}
+		releaser := &release.Releaser{Store: store, Nodes: c.extra.Nodes, Grace: grace, Clock: clock.RealClock{}}
+		release.RegisterMetrics()
+		generic.AddPostStartHookOrDie("release-blocks", func(hook genericapiserver.PostStartHookContext) error {
+			go releaser.Run(hook)
+			return nil
+		})
 	}
 	if c.extra.VNIs != nil {
 		// VNIs: keys of Networks stored without one (older replicas) assigned, keys of gone

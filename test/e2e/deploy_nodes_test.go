@@ -587,8 +587,10 @@ spec:
 		t.Logf("every Network ready on both nodes %s after node2 was Ready again", time.Since(back).Round(time.Millisecond))
 	})
 
-	// A node that will not come back is deleted, as an operator does: its entries go and its
-	// agent, still running, does not put them back; a Network its pods held can be deleted.
+	// A node that will not come back is deleted, as an operator does: its entries go (no pod
+	// there holds an address: they report leases: 0, so neither the node lifecycle loop nor the
+	// agent, which still runs and holds its Lease, keeps them as NodeDeleted) and its agent does
+	// not put them back; a Network its pods held can be deleted.
 	t.Run("DeleteNode", func(t *testing.T) {
 		ctx := context.Background()
 		defer diagnose(t)
@@ -608,8 +610,8 @@ spec:
 		})
 		t.Logf("node2's entries removed %s after the Node was deleted", time.Since(start).Round(time.Millisecond))
 		// node2's agent still runs (its container outlives the kubelet) and still realises
-		// Networks there, but reports nothing: a new Network's bridge appears on node2 and its
-		// status names node1 only.
+		// Networks there, but, holding no leases, reports nothing: a new Network's bridge
+		// appears on node2 and its status names node1 only.
 		n, err := networks.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "node2-deleted"},
 			Spec: samplecrdv1.NetworkSpec{CIDR: "10.21.0.0/24"}}, metav1.CreateOptions{})
 		if err != nil {

@@ -77,6 +77,8 @@ type mnNode struct {
 	cmd      *exec.Cmd
 	exited   chan error
 	log      *syncBuffer
+	// binary, when set, is the network-apiserver binary the agent runs (default: make's).
+	binary string
 }
 
 // addNode makes node i: namespace, eth0 on the switch with 192.168.77.<i>/24.
@@ -126,7 +128,11 @@ func (n *mnNode) startAgent(kubeconfig string, extra ...string) {
 	t := n.t
 	t.Helper()
 	n.log = &syncBuffer{}
-	n.cmd = exec.Command(tool(t, "SERVER", "network-apiserver"), append([]string{"agent",
+	binary := n.binary
+	if binary == "" {
+		binary = tool(t, "SERVER", "network-apiserver")
+	}
+	n.cmd = exec.Command(binary, append([]string{"agent",
 		"--kubeconfig", kubeconfig, "--node-name", n.name, "--backend-netns", n.ns.Path,
 		"--cni-conf-dir", n.confDir, "--cni-ipam-data-dir", n.ipamDir,
 		"--metrics-bind-address", "", "--controller-resync-period", "2s", "-v=2"}, extra...)...)

@@ -20,6 +20,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -28,8 +30,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	samplecrdv1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodelifecycle"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
@@ -172,4 +176,142 @@ func TestAggregatedNodeLifecycle(t *testing.T) {
 	if e := entryOf(n, "ghost-1"); e == nil || e.Ready || !strings.Contains(e.Message, "node ghost-1 is not Ready (KubeletNotReady)") {
 		t.Errorf("web's ghost-1 entry after ghost-1 went NotReady: %s", s)
 	}
+}
+
+// TestAggregatedDeletedNodeKeepsBlocks: attached to a real kube-apiserver, a node whose agent
+// runs (in a namespace of its own, with a pod ADDed from its configuration list) has a block of
+// a Network. Its Node is deleted while the agent runs and the pod holds its address: the entry
+// stays, marked NodeDeleted, and the blocks stay, while a block of a node that never reported is
+// released meanwhile. The agent stops: its Lease expires, the node lifecycle loop removes the
+// entry, and the blocks are released a grace later. The verifier reports no violation
+// throughout.
+func TestAggregatedDeletedNodeKeepsBlocks(t *testing.T) {
+	netnstest.RequireRoot(t)
+	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
+	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
+	for _, p := range []string{"bridge", "host-local", "loopback"} {
+		if _, err := os.Stat(filepath.Join(pluginDir, p)); err != nil {
+			t.Fatalf("CNI plugin %s: %v (make cni-plugins)", p, err)
+		}
+	}
+	const grace = 3 * time.Second
+	c := localCluster(t, "NETWORK_APISERVER_ARGS=--block-release-grace="+grace.String()+" --allocation-verify-interval=2s")
+	ctx := context.Background()
+	c.kubectl(t, "apply", "-f", writeManifest(t, "n3.yaml", "apiVersion: v1\nkind: Node\nmetadata:\n  name: n3\n"))
+	now := time.Now().UTC().Format(time.RFC3339)
+	c.kubectl(t, "patch", "node", "n3", "--subresource", "status", "--type", "merge", "-p",
+		fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":"True","reason":"KubeletReady","message":"set by the test","lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`, now, now))
+
+	client := c.clientset(t)
+	networks := client.SamplecrdV1().Networks("default")
+	blocks := client.SamplecrdV1().BlockAllocations("default")
+	if _, err := networks.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "keep"},
+		Spec: samplecrdv1.NetworkSpec{CIDR: "10.33.0.0/24"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node := newUnderlay(t).addNode(t, 3, pluginDir)
+	node.startAgent(c.kubeconfig)
+	entryOf := func() (*samplecrdv1.NetworkNodeStatus, string) {
+		n, err := networks.Get(ctx, "keep", metav1.GetOptions{})
+		if err != nil {
+			return nil, err.Error()
+		}
+		b, _ := json.Marshal(n.Status.Nodes)
+		return nodestatus.FindEntry(n, "n3"), string(b)
+	}
+	eventually(t, 60*time.Second, "n3 reports keep with a block", func() (bool, string) {
+		e, s := entryOf()
+		return e != nil && e.Ready && len(e.Blocks) > 0 && e.Leases != nil, s
+	})
+	kube, err := kubernetes.NewForConfig(c.restConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := kube.CoordinationV1().Leases("network-agent").Get(ctx, "network-agent-n3", metav1.GetOptions{})
+	if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "n3" {
+		t.Fatalf("the agent's Lease: %+v, %v", lease, err)
+	}
+	podNS := netnstest.New(t, "n3pod")
+	node.waitConfList("default/keep")
+	pod, err := node.add("default/keep", "n3-pod1", podNS)
+	if err != nil {
+		t.Fatalf("ADD on n3: %v\nagent log:\n%s", err, node.log.tail())
+	}
+	eventually(t, 60*time.Second, "n3 reports the pod's lease", func() (bool, string) {
+		e, s := entryOf()
+		return e != nil && e.Leases != nil && *e.Leases == 1, s
+	})
+	held, err := blocks.Get(ctx, "keep.n3", metav1.GetOptions{})
+	if err != nil || len(held.Blocks) == 0 {
+		t.Fatalf("n3's BlockAllocation: %+v, %v", held, err)
+	}
+	t.Logf("n3 holds %v; its pod has %s", held.Blocks, pod.ip)
+
+	// The Node is deleted while the agent runs. A node that never reported claims a block at
+	// the same time: its release, a grace and two passes later, shows the loop has looked at n3.
+	deleted := time.Now()
+	c.kubectl(t, "delete", "node", "n3")
+	if _, err := networks.ClaimBlocks(ctx, "keep", &samplecrdv1.BlockClaim{NodeName: "never-reported"}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "n3's entry marked NodeDeleted, its lease still counted", func() (bool, string) {
+		e, s := entryOf()
+		return e != nil && !e.Ready && e.Reason == nodestatus.ReasonNodeDeleted && e.Leases != nil && *e.Leases == 1, s
+	})
+	eventually(t, 60*time.Second, "never-reported's block released", func() (bool, string) {
+		_, err := blocks.Get(ctx, "keep.never-reported", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	t.Logf("never-reported's block released %s after its claim (grace %s)", time.Since(deleted).Round(time.Millisecond), grace)
+	// Another pass of the node lifecycle loop (it rechecks Leases every 10 s) and of the release.
+	recheck := time.Now()
+	eventually(t, 60*time.Second, "a lease recheck later, n3 still holds its entry and blocks", func() (bool, string) {
+		e, s := entryOf()
+		if e == nil || e.Reason != nodestatus.ReasonNodeDeleted {
+			t.Fatalf("n3's entry went while its agent runs: %s", s)
+		}
+		if _, err := blocks.Get(ctx, "keep.n3", metav1.GetOptions{}); err != nil {
+			t.Fatalf("n3's blocks went while its agent runs and its pod holds an address: %v", err)
+		}
+		return time.Since(recheck) > nodelifecycle.DefaultLeaseRecheck+grace, s
+	})
+
+	// The agent stops (the machine is gone): the Lease expires, the entry goes, the blocks go.
+	node.stopAgent()
+	stopped := time.Now()
+	eventually(t, 120*time.Second, "n3's entry removed once its Lease expired", func() (bool, string) {
+		e, s := entryOf()
+		return e == nil, s
+	})
+	t.Logf("n3's entry removed %s after its agent stopped (Lease duration 40s)", time.Since(stopped).Round(time.Millisecond))
+	removed := time.Now()
+	eventually(t, 60*time.Second, "n3's blocks released", func() (bool, string) {
+		_, err := blocks.Get(ctx, "keep.n3", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	t.Logf("n3's blocks released %s after its entry was removed (grace %s)", time.Since(removed).Round(time.Millisecond), grace)
+
+	for _, name := range []string{"network-apiserver.log"} {
+		b, err := os.ReadFile(c.local.Path(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "Network allocation invariant violated") {
+			t.Errorf("the verifier reported violations:\n%s", grepLines(string(b), "invariant violated"))
+		}
+		if !strings.Contains(string(b), "Released a node's blocks") {
+			t.Errorf("%s does not log the releases", name)
+		}
+	}
+}
+
+// grepLines returns the lines of s that contain substr.
+func grepLines(s, substr string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -27,6 +27,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -62,6 +63,12 @@ type standalone struct {
 	url        string
 	log        *bytes.Buffer
 	local      *localcluster.Cluster // set by localCluster: the scripts' cluster
+	// dataDir and port, for starting another binary in its place (startStandaloneFrom).
+	dataDir string
+	port    int
+	// stop sends SIGTERM and waits for the exit (once; also run at cleanup). nil for servers
+	// not started by startStandaloneFrom.
+	stop func()
 }
 
 // freePort is a free loopback port.
@@ -76,10 +83,33 @@ func freePort(t *testing.T) int {
 
 func startStandalone(t *testing.T, args ...string) *standalone {
 	t.Helper()
-	dataDir := t.TempDir()
-	port := freePort(t)
-	s := &standalone{log: &bytes.Buffer{}, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), url: fmt.Sprintf("https://127.0.0.1:%d", port)}
-	s.cmd = exec.Command(tool(t, "SERVER", "network-apiserver"), append([]string{
+	return startStandaloneFrom(t, standaloneFiles{}, args...)
+}
+
+// standaloneFiles say which binary a standalone server runs and where its files are: empty
+// fields pick the binary make builds, a new data directory and a free port. A server started
+// again on the same data directory and port keeps its etcd data, certificate and admin
+// kubeconfig (an upgrade in place).
+type standaloneFiles struct {
+	binary, dataDir string
+	port            int
+}
+
+func startStandaloneFrom(t *testing.T, files standaloneFiles, args ...string) *standalone {
+	t.Helper()
+	dataDir, port, binary := files.dataDir, files.port, files.binary
+	if dataDir == "" {
+		dataDir = t.TempDir()
+	}
+	if port == 0 {
+		port = freePort(t)
+	}
+	if binary == "" {
+		binary = tool(t, "SERVER", "network-apiserver")
+	}
+	s := &standalone{log: &bytes.Buffer{}, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), url: fmt.Sprintf("https://127.0.0.1:%d", port),
+		dataDir: dataDir, port: port}
+	s.cmd = exec.Command(binary, append([]string{
 		"--data-dir", dataDir, "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(port),
 	}, args...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
@@ -88,18 +118,23 @@ func startStandalone(t *testing.T, args ...string) *standalone {
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- s.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("network-apiserver did not exit cleanly on SIGTERM: %v\n%s", err, tail(s.log))
+	var once sync.Once
+	s.stop = func() {
+		once.Do(func() {
+			_ = s.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case err := <-exited:
+				if err != nil {
+					t.Errorf("network-apiserver did not exit cleanly on SIGTERM: %v\n%s", err, tail(s.log))
+				}
+				exited <- err
+			case <-time.After(60 * time.Second):
+				_ = s.cmd.Process.Kill()
+				t.Errorf("network-apiserver still running 60s after SIGTERM")
 			}
-		case <-time.After(60 * time.Second):
-			_ = s.cmd.Process.Kill()
-			t.Errorf("network-apiserver still running 60s after SIGTERM")
-		}
-	})
+		})
+	}
+	t.Cleanup(s.stop)
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-exited:

@@ -190,6 +190,20 @@ func TestBadInputIsRejected(t *testing.T) {
 		{name: "prefixLength not matching the cidr", body: networkBody(t, func(o map[string]any) {
 			o["spec"] = map[string]any{"cidr": "10.30.0.0/24", "prefixLength": 20}
 		}), wantCode: invalid, wantFields: []string{"spec.prefixLength"}},
+		{name: "nodeSelector with a bad label key", body: networkBody(t, func(o map[string]any) {
+			o["spec"] = map[string]any{"cidr": "10.30.0.0/24", "nodeSelector": map[string]any{"matchLabels": map[string]any{"bad key!": "a"}}}
+		}), wantCode: invalid, wantFields: []string{"spec.nodeSelector.matchLabels"}, wantMessage: []string{"bad key!"}},
+		{name: "nodeSelector with an unknown operator", body: networkBody(t, func(o map[string]any) {
+			o["spec"] = map[string]any{"cidr": "10.30.0.0/24", "nodeSelector": map[string]any{"matchExpressions": []any{
+				map[string]any{"key": "zone", "operator": "Near"}}}}
+		}), wantCode: invalid, wantFields: []string{"spec.nodeSelector.matchExpressions[0].operator"}, wantMessage: []string{"Near"}},
+		{name: "nodeSelector In without values", body: networkBody(t, func(o map[string]any) {
+			o["spec"] = map[string]any{"cidr": "10.30.0.0/24", "nodeSelector": map[string]any{"matchExpressions": []any{
+				map[string]any{"key": "zone", "operator": "In"}}}}
+		}), wantCode: invalid, wantFields: []string{"spec.nodeSelector.matchExpressions[0].values"}},
+		{name: "nodeSelector that is not an object", body: networkBody(t, func(o map[string]any) {
+			o["spec"] = map[string]any{"cidr": "10.30.0.0/24", "nodeSelector": "zone=a"}
+		}), wantCode: badRequest},
 		{name: "name with upper case", body: networkBody(t, withName("BadName")), wantCode: invalid,
 			wantFields: []string{"metadata.name"}},
 		{name: "name longer than 63 characters", body: networkBody(t, withName(strings.Repeat("n", 64))), wantCode: invalid,
@@ -223,6 +237,9 @@ func TestBadInputIsRejected(t *testing.T) {
 		{name: "update with an invalid gateway", method: http.MethodPut, subpath: "/existing",
 			body:     existingBody(func(o map[string]any) { o["spec"].(map[string]any)["gateway"] = "10.20.0.255" }),
 			wantCode: invalid, wantFields: []string{"spec.gateway"}},
+		{name: "merge patch setting a bad nodeSelector value", method: http.MethodPatch, subpath: "/existing",
+			contentType: string(types.MergePatchType), body: []byte(`{"spec":{"nodeSelector":{"matchLabels":{"zone":"not valid!"}}}}`),
+			wantCode: invalid, wantFields: []string{"spec.nodeSelector.matchLabels"}},
 		{name: "update with a stale resourceVersion", method: http.MethodPut, subpath: "/existing",
 			body: existingBody(func(o map[string]any) {
 				o["metadata"].(map[string]any)["resourceVersion"] = "1"

@@ -305,7 +305,8 @@ func TestBlockClaimBadInput(t *testing.T) {
 	}{
 		{"bad", v1.BlockClaim{}, apierrors.IsInvalid, "nodeName: Required value"},
 		{"bad", v1.BlockClaim{NodeName: "Node_1"}, apierrors.IsInvalid, "nodeName: Invalid value"},
-		{"bad", v1.BlockClaim{NodeName: "n1", Cover: []string{"10.43.0.5"}}, apierrors.IsInvalid, "cover: Forbidden"},
+		{"bad", v1.BlockClaim{NodeName: "n1", Cover: []string{"10.43.0.5", "10.43.0.x"}}, apierrors.IsInvalid, "cover[1]: Invalid value"},
+		{"bad", v1.BlockClaim{NodeName: "n1", Cover: []string{"10.44.0.5"}}, apierrors.IsInvalid, "cover[0]: Invalid value: \"10.44.0.5\": not inside the Network's prefix 10.43.0.0/24"},
 		{"bad", v1.BlockClaim{ObjectMeta: metav1.ObjectMeta{Name: "other"}, NodeName: "n1"}, apierrors.IsInvalid, "metadata.name"},
 		{"missing", v1.BlockClaim{NodeName: "n1"}, apierrors.IsNotFound, `"missing" not found`},
 	} {

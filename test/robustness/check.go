@@ -65,6 +65,7 @@ const (
 	checkOrder      = "real-time-order" // acknowledged writes' revisions respect real time
 	checkExists     = "existence"       // 409 AlreadyExists and 404 NotFound agree with the history
 	checkRefused    = "refused-overlap" // a 422 on a create had something to overlap
+	checkRefusedGw  = "refused-gateway" // a 422 on a gateway move had a block or a prefix to refuse it
 	checkLinear     = "linearizability" // each name's answers are linearizable (porcupine)
 	checkStatus     = "status-codes"    // no 500; 503/504 only during an etcd outage; no unexpected code
 	checkWatch      = "watch"           // ordered, unique, gap-free, resumable, lists match the history
@@ -85,7 +86,7 @@ func validate(l layout, r *replay, ops []op, watches []watchRecord, faults []fau
 	// The request that created each incarnation, to name it next to a violation.
 	createdBy := map[string]string{}
 	for _, o := range ops {
-		if o.Code == http.StatusCreated && o.UID != "" {
+		if o.Code == http.StatusCreated && o.UID != "" && o.Kind != "claim" {
 			createdBy[o.UID] = o.String()
 		}
 	}
@@ -102,6 +103,7 @@ func validate(l layout, r *replay, ops []op, watches []watchRecord, faults []fau
 	checkOrdering(f, ops)
 	checkExistence(f, r, ops)
 	checkRefusedOverlaps(f, l, r, ops)
+	checkRefusedGateways(f, r, ops)
 	checkWatches(f, r, watches)
 	return f
 }
@@ -110,6 +112,9 @@ var uidPattern = regexp.MustCompile(`(?:uid |UID:)([0-9a-f]{8}-[0-9a-f-]{27})`)
 
 // invariantCheck sorts an invariant violation into its kind, so that the summary shows each.
 func invariantCheck(what string) string {
+	if kind, _, ok := strings.Cut(what, ": "); ok && blockViolationKinds[kind] {
+		return checkInvariant + "/" + kind
+	}
 	switch {
 	case strings.HasPrefix(what, "OVERLAP"):
 		return checkInvariant + "/overlap"
@@ -145,6 +150,10 @@ var expectedCodes = map[string][]int{
 	"delete":         {http.StatusOK, http.StatusNotFound, http.StatusConflict},
 	"label":          {http.StatusOK, http.StatusNotFound, http.StatusConflict},
 	"status":         {http.StatusOK, http.StatusNotFound, http.StatusConflict},
+	"unreport":       {http.StatusOK, http.StatusNotFound, http.StatusConflict},
+	// 409: AddressesExhausted, or every block picked was taken first.
+	"claim":   {http.StatusOK, http.StatusCreated, http.StatusNotFound, http.StatusConflict},
+	"gateway": {http.StatusOK, http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
 }
 
 func checkOps(f *findings, r *replay, ops []op, faults []fault) {
@@ -166,7 +175,9 @@ func checkOps(f *findings, r *replay, ops []op, faults []fault) {
 			shuttingDown := func(ft fault) bool {
 				return ft.Kind == faultRestart && ft.Replica == o.Replica && o.Code == http.StatusServiceUnavailable
 			}
-			if !inWindow(o, faults, etcdOutage) && !inWindow(o, faults, shuttingDown) {
+			// A partition is an etcd outage for the replica cut off only.
+			partitioned := func(ft fault) bool { return ft.Kind == faultPartition && ft.Replica == o.Replica }
+			if !inWindow(o, faults, etcdOutage) && !inWindow(o, faults, shuttingDown) && !inWindow(o, faults, partitioned) {
 				f.add(checkStatus, "%s: %d outside any etcd outage: %s", o, o.Code, o.Message)
 			}
 			continue
@@ -175,6 +186,10 @@ func checkOps(f *findings, r *replay, ops []op, faults []fault) {
 			continue
 		}
 		key := o.Namespace + "/" + o.Name
+		if o.Kind == "claim" {
+			checkClaim(f, r, o)
+			continue
+		}
 		if !o.ok() {
 			// A definite refusal: the write must have left nothing.
 			if cs := r.byOp[o.ID]; len(cs) > 0 {
@@ -196,6 +211,17 @@ func checkOps(f *findings, r *replay, ops []op, faults []fault) {
 			if c.Namespace+"/"+c.Name == key {
 				found = &r.byRev[o.RV][i]
 			}
+		}
+		if o.Kind == "unreport" {
+			// Nothing carries its op id: the answer's revision stored this uid without entries
+			// (a removal that changed nothing answers the revision of the last change).
+			switch {
+			case found == nil:
+				f.add(checkAcked, "%s: acknowledged, but the history has no change of %s at revision %d", o, key, o.RV)
+			case found.Type == "DELETED" || found.Obj.UID != o.UID || found.Obj.Nodes != 0:
+				f.add(checkAcked, "%s: acknowledged, but revision %d %s %s uid %s with %d node entries", o, o.RV, found.Type, key, found.Obj.UID, found.Obj.Nodes)
+			}
+			continue
 		}
 		if o.Kind == "delete" && o.RV == 0 {
 			// The answer is a Status with the deleted object's uid but no resourceVersion:
@@ -221,6 +247,9 @@ func checkOps(f *findings, r *replay, ops []op, faults []fault) {
 		case o.Kind != "delete" && !slices.Contains(opIDs(*found), o.ID):
 			f.add(checkAcked, "%s: revision %d of %s does not carry the op", o, o.RV, key)
 		}
+		if found != nil && o.Kind == "gateway" && found.Obj.Gateway != o.Gateway {
+			f.add(checkAcked, "%s: revision %d stored gateway %s", o, o.RV, found.Obj.Gateway)
+		}
 		if found != nil && o.Kind == "create-auto" && o.Code == http.StatusCreated {
 			p, err := netip.ParsePrefix(found.Obj.CIDR)
 			if err != nil || fmt.Sprintf("/%d", p.Bits()) != o.CIDR {
@@ -233,12 +262,30 @@ func checkOps(f *findings, r *replay, ops []op, faults []fault) {
 	}
 }
 
+// checkClaim: an acknowledged claim is in the history at its resourceVersion: the node's
+// BlockAllocation written there, of the Network uid it answered, listing the blocks it answered.
+// (Refused claims leave nothing the history could show; the invariant covers what they wrote.)
+func checkClaim(f *findings, r *replay, o op) {
+	if !o.ok() {
+		return
+	}
+	got, ok := r.blockPuts[blockPut{o.RV, o.Namespace + "/" + o.Name + "." + o.Node}]
+	switch {
+	case !ok:
+		f.add(checkAcked, "%s: acknowledged, but the history wrote no block allocation %s.%s at revision %d", o, o.Name, o.Node, o.RV)
+	case got.NetworkUID != o.UID || !slices.Equal(got.Blocks, o.Blocks) || got.NodeName != o.Node:
+		f.add(checkAcked, "%s: revision %d stored blocks %v of network uid %s for node %s", o, o.RV, got.Blocks, got.NetworkUID, got.NodeName)
+	case len(o.Blocks) == 0:
+		f.add(checkAcked, "%s: acknowledged without a block", o)
+	}
+}
+
 // checkOrdering: if an acknowledged write ended before another started, its revision is lower
 // (the servers may not acknowledge a write before etcd committed it, nor reorder them).
 func checkOrdering(f *findings, ops []op) {
 	var acked []op
 	for _, o := range ops {
-		if o.Err == "" && o.ok() && o.RV > 0 {
+		if o.servedAt() {
 			acked = append(acked, o)
 		}
 	}
@@ -283,7 +330,7 @@ func checkExistence(f *findings, r *replay, ops []op) {
 			continue
 		case o.Code == http.StatusConflict && o.Reason == "AlreadyExists" && strings.HasPrefix(o.Kind, "create"):
 			wantExists = true
-		case o.Code == http.StatusNotFound && (o.Kind == "delete" || o.Kind == "label" || o.Kind == "status"):
+		case o.Code == http.StatusNotFound && o.Kind != "apply" && !strings.HasPrefix(o.Kind, "create"):
 			wantExists = false
 		default:
 			continue
@@ -318,7 +365,7 @@ type windows struct {
 func newWindows(ops []op) *windows {
 	var acked []op
 	for _, o := range ops {
-		if o.Err == "" && o.ok() && o.RV > 0 {
+		if o.servedAt() {
 			acked = append(acked, o)
 		}
 	}
@@ -410,6 +457,62 @@ func checkRefusedOverlaps(f *findings, l layout, r *replay, ops []op) {
 			f.add(checkRefused, "%s: refused, yet no Network of its scope overlapped %s, nor was its name taken, at any revision from %d to %d", pd.o, pd.p, pd.lo, pd.hi)
 		}
 	}
+}
+
+// checkRefusedGateways: a gateway move answered 422 found, at some revision it could have been
+// served at, its Network's prefix not holding the address as a gateway (outside, or the network
+// or broadcast address), or a block of its Network containing the address.
+func checkRefusedGateways(f *findings, r *replay, ops []op) {
+	w := newWindows(ops)
+	perKey := map[string][]netChange{}
+	for _, c := range r.changes {
+		k := c.Namespace + "/" + c.Name
+		perKey[k] = append(perKey[k], c)
+	}
+	blocksOf := map[string][]blockLife{}
+	for _, b := range r.blockLives {
+		blocksOf[b.Network] = append(blocksOf[b.Network], b)
+	}
+	for _, o := range ops {
+		if o.Err != "" || o.Kind != "gateway" || o.Code != http.StatusUnprocessableEntity {
+			continue
+		}
+		gw, err := netip.ParseAddr(o.Gateway)
+		if err != nil {
+			continue
+		}
+		key := o.Namespace + "/" + o.Name
+		lo, hi := w.bounds(o)
+		explained := false
+		changes := perKey[key]
+		i := sort.Search(len(changes), func(i int) bool { return changes[i].Rev > lo })
+		if i > 0 {
+			i-- // the version at lo
+		}
+		for ; !explained && i < len(changes) && changes[i].Rev <= hi; i++ {
+			c := changes[i]
+			p, err := netip.ParsePrefix(c.Obj.CIDR)
+			explained = c.Type != "DELETED" && (err != nil || !p.Contains(gw) || gw == p.Masked().Addr() || (gw.Is4() && gw == lastAddress(p)))
+		}
+		for _, b := range blocksOf[key] {
+			if explained {
+				break
+			}
+			explained = b.Prefix.Contains(gw) && b.heldDuring(lo, hi)
+		}
+		if !explained {
+			f.add(checkRefusedGw, "%s: refused (%s), yet no block of %s held %s and its prefix allowed it, at any revision from %d to %d", o, o.Message, key, gw, lo, hi)
+		}
+	}
+}
+
+func lastAddress(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
 }
 
 func checkWatches(f *findings, r *replay, records []watchRecord) {

@@ -60,6 +60,9 @@ type replica struct {
 	proc    *localcluster.Process
 	url     string
 	dataDir string
+	// proxies: the replica reaches each etcd member through its own proxy (none in embedded
+	// mode), so that a fault can cut it off etcd alone.
+	proxies []*tcpProxy
 
 	mu     sync.Mutex
 	config *rest.Config // admin credentials, the serving CA; nil until ready
@@ -96,7 +99,17 @@ func startCluster(ctx context.Context, dir, bin string, sc scenario) (*cluster, 
 			// A fixed client port, so that the suite's etcd client finds it again after a restart.
 			args = append(args, "--embedded-etcd-port", strconv.Itoa(ports[n]))
 		} else {
-			args = append(args, "--etcd-servers", strings.Join(c.endpoints, ","),
+			var via []string
+			for _, ep := range c.endpoints {
+				px, err := newTCPProxy(strings.TrimPrefix(ep, "https://"))
+				if err != nil {
+					c.stop()
+					return nil, err
+				}
+				r.proxies = append(r.proxies, px)
+				via = append(via, "https://"+px.Addr())
+			}
+			args = append(args, "--etcd-servers", strings.Join(via, ","),
 				"--etcd-cafile", c.etcd.PKI.CAFile,
 				"--etcd-certfile", c.etcd.Client.Cert,
 				"--etcd-keyfile", c.etcd.Client.Key)
@@ -156,6 +169,9 @@ func (c *cluster) etcdClient() (*clientv3.Client, error) {
 func (c *cluster) stop() {
 	for _, r := range c.replicas {
 		_ = r.proc.Stop(syscall.SIGKILL, 10*time.Second)
+		for _, px := range r.proxies {
+			px.Close()
+		}
 	}
 	if c.etcd != nil {
 		c.etcd.Stop()

@@ -37,7 +37,11 @@ const (
 	faultStopEtcd   = "stop-etcd"        // SIGSTOP every member (or the embedded server), SIGCONT
 	faultKillEtcd   = "kill-etcd"        // SIGKILL every member, start them again
 	faultCompact    = "compact"          // compact etcd at the newest revision while watches run
+	faultPartition  = "partition"        // cut one replica off every etcd member (its proxies), then heal
 )
+
+// A partition lasts partitionMin plus up to partitionSpread: 2.5–7.5 s.
+const partitionMin, partitionSpread = 2500 * time.Millisecond, 5 * time.Second
 
 // fault is one injected fault, as it happened.
 type fault struct {
@@ -123,6 +127,21 @@ func (in *injector) inject(ctx context.Context, kind string) fault {
 			procs, f.Target, f.Replica = []*localcluster.Process{in.c.replicas[0].proc}, in.c.replicas[0].proc.Name, 0
 		}
 		err = in.pauseOrKill(procs, kind == faultKillEtcd)
+		f.Restored = time.Now().UnixNano()
+	case faultPartition:
+		r := in.c.replicas[in.rng.IntN(len(in.c.replicas))]
+		f.Target, f.Replica = r.proc.Name+" from etcd", r.index
+		if len(r.proxies) == 0 {
+			err = fmt.Errorf("%s reaches etcd without a proxy", r.proc.Name)
+			break
+		}
+		for _, px := range r.proxies {
+			px.Partition(true)
+		}
+		time.Sleep(partitionMin + time.Duration(in.rng.Int64N(int64(partitionSpread))))
+		for _, px := range r.proxies {
+			px.Partition(false)
+		}
 		f.Restored = time.Now().UnixNano()
 	case faultCompact:
 		f.Target = "etcd"

@@ -74,6 +74,9 @@ var nameModel = porcupine.NondeterministicModel{
 			return nil
 		}
 		switch {
+		case i.Kind == "claim" && (o.Code == http.StatusCreated || o.Code == http.StatusOK):
+			// A claim answers the Network's uid: it was present, and stays.
+			return ok(s.Exists && sameUID(s, o.UID), nameState{Exists: true, UID: o.UID})
 		case o.Code == http.StatusCreated:
 			return ok(creates && !s.Exists, nameState{Exists: true, UID: o.UID})
 		case o.Code == http.StatusOK && i.Kind == "delete":

@@ -36,6 +36,9 @@ type network struct {
 	Namespace, Name, UID, CIDR string
 	Labels, Annotations        map[string]string
 	StatusMessages             []string // status.nodes[].message
+	Nodes                      int      // len(status.nodes)
+	Gateway                    string   // spec.gateway
+	VNI                        int32    // status.vni
 	Err                        string   // set when the stored value could not be decoded
 }
 
@@ -51,6 +54,9 @@ type allocation struct {
 type layout struct {
 	Prefix       string // --etcd-prefix
 	PerNamespace bool   // --overlap-scope=namespace
+	// Blocks: the servers keep blocks, gateway keys and VNIs (every Network must have its
+	// gateway key and VNI keys). Runs kept before blocks existed replay without it.
+	Blocks bool `json:"blocks,omitempty"`
 }
 
 var decoder = apiserver.Codecs.UniversalDeserializer()
@@ -61,14 +67,23 @@ func (l layout) classify(key string) (kind, ns, name string) {
 	if !ok {
 		return "", "", ""
 	}
-	if strings.HasPrefix(rest, "allocations/") {
+	switch {
+	case strings.HasPrefix(rest, "allocations/"):
 		return "allocation", "", ""
+	case strings.HasPrefix(rest, "blocks/"):
+		return "block", "", ""
+	case strings.HasPrefix(rest, "segments/"):
+		return "segment", "", ""
 	}
-	// Networks are at <prefix>/networks/<ns>/<name> (the generic registry may put the group
+	// Networks are at <prefix>/networks/<ns>/<name>, BlockAllocations at
+	// <prefix>/blockallocations/<ns>/<network>.<node> (the generic registry may put the group
 	// before the resource; accept both).
 	parts := strings.Split(rest, "/")
 	if len(parts) >= 3 && parts[len(parts)-3] == "networks" {
 		return "network", parts[len(parts)-2], parts[len(parts)-1]
+	}
+	if len(parts) >= 3 && parts[len(parts)-3] == "blockallocations" {
+		return "blockallocation", parts[len(parts)-2], parts[len(parts)-1]
 	}
 	return "", "", ""
 }
@@ -83,7 +98,7 @@ func decodeNetwork(value []byte) network {
 		return network{Err: fmt.Sprintf("stored object is a %T, not a v1 Network", obj)}
 	}
 	out := network{Namespace: n.Namespace, Name: n.Name, UID: string(n.UID), CIDR: n.Spec.CIDR,
-		Labels: n.Labels, Annotations: n.Annotations}
+		Labels: n.Labels, Annotations: n.Annotations, Nodes: len(n.Status.Nodes), Gateway: n.Spec.Gateway, VNI: n.Status.VNI}
 	for _, s := range n.Status.Nodes {
 		out.StatusMessages = append(out.StatusMessages, s.Message)
 	}
@@ -118,10 +133,14 @@ func (l layout) allocationKey(ns string, p netip.Prefix) string {
 type state struct {
 	networks    map[string]network // by etcd key
 	allocations map[string][]byte
+	blocks      map[string]blockKeyValue // <prefix>/blocks/<uid>/<family>/<hex>: block and gateway keys
+	blockObjs   map[string]blockObject   // BlockAllocations, by etcd key
+	segments    map[string]string        // <prefix>/segments/{vni,uid}/...
 }
 
 func newState() *state {
-	return &state{networks: map[string]network{}, allocations: map[string][]byte{}}
+	return &state{networks: map[string]network{}, allocations: map[string][]byte{}, blocks: map[string]blockKeyValue{},
+		blockObjs: map[string]blockObject{}, segments: map[string]string{}}
 }
 
 // violations lists what breaks the invariant in s: every Network has exactly its allocation
@@ -188,6 +207,7 @@ func (l layout) violations(s *state) []string {
 			}
 		}
 	}
+	out = append(out, l.blockViolations(s)...)
 	sort.Strings(out)
 	return out
 }
@@ -208,10 +228,15 @@ type replay struct {
 	changes    []netChange           // Network changes in revision order
 	byRev      map[int64][]netChange // the same, by revision
 	byOp       map[string][]netChange
-	violations []violationSpan
-	final      *state
-	lastRev    int64
-	unordered  []string
+	blockPuts  map[blockPut]blockObject // BlockAllocations written, by revision and namespace/name
+	blockLives []blockLife              // every block key, from its put to its delete
+	// blockKeyPuts and maxBlockKeys are figures for the report: block and gateway keys
+	// written, and the most held at one revision.
+	blockKeyPuts, maxBlockKeys int
+	violations                 []violationSpan
+	final                      *state
+	lastRev                    int64
+	unordered                  []string
 }
 
 // violationSpan is one invariant violation and the revisions it held at.
@@ -229,9 +254,10 @@ const (
 
 // replayHistory applies the events in order and checks the invariant after every revision.
 func replayHistory(l layout, events []kvEvent) *replay {
-	r := &replay{l: l, byRev: map[int64][]netChange{}, byOp: map[string][]netChange{}}
+	r := &replay{l: l, byRev: map[int64][]netChange{}, byOp: map[string][]netChange{}, blockPuts: map[blockPut]blockObject{}}
 	s := newState()
 	open := map[string]int64{}
+	openBlocks := map[string]int{} // block key -> its index in r.blockLives
 	var prevRev int64
 	closeGone := func(now []string, rev int64) {
 		cur := map[string]bool{}
@@ -262,6 +288,37 @@ func replayHistory(l layout, events []kvEvent) *replay {
 					delete(s.allocations, e.Key)
 				} else {
 					s.allocations[e.Key] = e.Value
+				}
+			case "block":
+				if i, ok := openBlocks[e.Key]; ok {
+					r.blockLives[i].To = rev
+					delete(openBlocks, e.Key)
+				}
+				if e.Delete {
+					delete(s.blocks, e.Key)
+				} else {
+					b := l.parseBlockKey(e.Key, e.Value)
+					s.blocks[e.Key] = b
+					r.blockKeyPuts++
+					if b.problem == "" && b.rec.Role == "block" {
+						openBlocks[e.Key] = len(r.blockLives)
+						r.blockLives = append(r.blockLives, blockLife{Network: b.rec.Namespace + "/" + b.rec.Name, UID: b.rec.UID, Node: b.rec.Node, Prefix: b.p, From: rev})
+					}
+				}
+				r.maxBlockKeys = max(r.maxBlockKeys, len(s.blocks))
+			case "segment":
+				if e.Delete {
+					delete(s.segments, e.Key)
+				} else {
+					s.segments[e.Key] = string(e.Value)
+				}
+			case "blockallocation":
+				if e.Delete {
+					delete(s.blockObjs, e.Key)
+				} else {
+					o := decodeBlockObject(e.Value)
+					s.blockObjs[e.Key] = o
+					r.blockPuts[blockPut{rev, ns + "/" + name}] = o
 				}
 			case "network":
 				old, existed := s.networks[e.Key]

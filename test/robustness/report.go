@@ -27,7 +27,7 @@ import (
 // times, watch segments, and the violations by check.
 func runReport(sc scenario, seed int64, r *replay, ops []op, faults []fault, watches []watchRecord, f *findings) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "scenario %s seed %d: %d etcd revisions (last %d), %d Network changes\n", sc.Name, seed, len(r.byRev), r.lastRev, len(r.changes))
+	fmt.Fprintf(&b, "scenario %s seed %d: %d etcd revisions with a Network change (last revision %d), %d Network changes\n", sc.Name, seed, len(r.byRev), r.lastRev, len(r.changes))
 	kinds := map[string]map[string]int{}
 	for _, o := range ops {
 		if kinds[o.Kind] == nil {
@@ -58,6 +58,14 @@ func runReport(sc scenario, seed int64, r *replay, ops []op, faults []fault, wat
 		sort.Strings(parts)
 		fmt.Fprintf(&b, "  %-15s %5d  %s\n", k, total, strings.Join(parts, " "))
 	}
+	gwInBlock := 0
+	for _, o := range ops {
+		if o.Kind == "gateway" && o.Code == 422 && strings.Contains(o.Message, "inside block") {
+			gwInBlock++
+		}
+	}
+	fmt.Fprintf(&b, "blocks: %d block and gateway keys written, at most %d held at once; %d gateway moves refused as inside a block\n",
+		r.blockKeyPuts, r.maxBlockKeys, gwInBlock)
 	fmt.Fprintf(&b, "faults: %d\n", len(faults))
 	for _, ft := range faults {
 		down := time.Duration(ft.Restored - ft.Start)

@@ -98,7 +98,7 @@ func runScenario(t *testing.T, sc scenario, bin, out string, seed int64) {
 	}
 	t.Logf("scenario %s, seed %d: %d etcd members, %d replicas, %d clients for %s, faults %v; files in %s",
 		sc.Name, seed, sc.EtcdMembers, sc.Replicas, sc.Clients, sc.Duration, sc.Faults, dir)
-	lay := layout{Prefix: etcdPrefix, PerNamespace: sc.OverlapScope == "namespace"}
+	lay := layout{Prefix: etcdPrefix, PerNamespace: sc.OverlapScope == "namespace", Blocks: true}
 	info, _ := json.MarshalIndent(runInfo{Scenario: sc, Seed: seed, Layout: lay}, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "run.json"), info, 0o644); err != nil {
 		t.Fatal(err)
@@ -141,8 +141,9 @@ func runScenario(t *testing.T, sc scenario, bin, out string, seed int64) {
 	trafficCtx, stopTraffic := context.WithTimeout(ctx, sc.Duration)
 	defer stopTraffic()
 	var clients sync.WaitGroup
+	seen := &blockMemory{}
 	for i := range sc.Clients {
-		cl := newClient(i, seed, c.replicas[i%len(c.replicas)], defaultTraffic, log)
+		cl := newClient(i, seed, c.replicas[i%len(c.replicas)], defaultTraffic, log, seen)
 		clients.Add(1)
 		go func() { defer clients.Done(); cl.run(trafficCtx) }()
 	}

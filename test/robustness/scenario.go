@@ -35,7 +35,7 @@ type scenario struct {
 func scenarios(full bool) []scenario {
 	ha := scenario{Name: "ha", EtcdMembers: 3, Replicas: 2, OverlapScope: "cluster", Clients: 16,
 		Duration: 45 * time.Second, FaultGap: 5 * time.Second, MaxDown: 2 * time.Second,
-		Faults: []string{faultKillServer, faultRestart, faultStopMember, faultKillMember, faultStopEtcd, faultKillEtcd, faultCompact}}
+		Faults: []string{faultKillServer, faultRestart, faultStopMember, faultKillMember, faultStopEtcd, faultKillEtcd, faultCompact, faultPartition}}
 	emb := scenario{Name: "embedded", Embedded: true, Replicas: 1, OverlapScope: "namespace", Clients: 16,
 		Duration: 35 * time.Second, FaultGap: 5 * time.Second, MaxDown: 2 * time.Second,
 		Faults: []string{faultKillServer, faultRestart, faultStopEtcd, faultCompact}}

@@ -25,6 +25,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -38,12 +39,16 @@ type op struct {
 	Replica int    `json:"replica"`
 	// Kind: create (v1 POST), create-v1beta1, apply (server-side apply, create or update),
 	// create-auto (spec.prefixLength), delete, label (merge patch of a label), status
-	// (merge patch of status.nodes).
+	// (merge patch of status.nodes), unreport (merge patch removing every node entry), claim
+	// (POST networks/{name}/blockclaims for Node), gateway (merge patch of spec.gateway and a
+	// label).
 	Kind      string `json:"kind"`
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	CIDR      string `json:"cidr,omitempty"`
-	Start     int64  `json:"start"` // Unix nanoseconds
+	Node      string `json:"node,omitempty"`    // claim: the node claiming
+	Gateway   string `json:"gateway,omitempty"` // gateway: the address asked for`
+	Start     int64  `json:"start"`             // Unix nanoseconds
 	End       int64  `json:"end"`
 	Code      int    `json:"code,omitempty"` // HTTP status; 0 when no response came
 	Reason    string `json:"reason,omitempty"`
@@ -52,12 +57,20 @@ type op struct {
 	UID       string `json:"uid,omitempty"`
 	RV        int64  `json:"rv,omitempty"`
 	GotCIDR   string `json:"gotCidr,omitempty"`
+	// Blocks: a claim's answer, the node's blocks after it (UID is then the Network's).
+	Blocks []string `json:"blocks,omitempty"`
 }
 
 func (o op) String() string {
 	s := fmt.Sprintf("op %s (client %d, replica %d) %s %s/%s", o.ID, o.Client, o.Replica, o.Kind, o.Namespace, o.Name)
 	if o.CIDR != "" {
 		s += " " + o.CIDR
+	}
+	if o.Node != "" {
+		s += " node " + o.Node
+	}
+	if o.Gateway != "" {
+		s += " gateway " + o.Gateway
 	}
 	s += fmt.Sprintf(" [%s .. %s]", time.Unix(0, o.Start).UTC().Format("15:04:05.000"), time.Unix(0, o.End).UTC().Format("15:04:05.000"))
 	if o.Err != "" {
@@ -70,6 +83,9 @@ func (o op) String() string {
 	if o.UID != "" {
 		s += fmt.Sprintf(" uid %s rv %d", o.UID, o.RV)
 	}
+	if len(o.Blocks) > 0 {
+		s += fmt.Sprintf(" blocks %v", o.Blocks)
+	}
 	return s
 }
 
@@ -78,11 +94,19 @@ func (o op) write() bool { return true }
 // ok says whether the server acknowledged the write.
 func (o op) ok() bool { return o.Code == http.StatusOK || o.Code == http.StatusCreated }
 
+// servedAt says whether the answer's resourceVersion is the revision the request was served at:
+// an acknowledged write, except an entry removal, which answers an object with no entries to
+// remove unchanged, with the revision of its last change.
+func (o op) servedAt() bool {
+	return o.Err == "" && o.ok() && o.RV > 0 && o.Kind != "unreport"
+}
+
 // trafficConfig is what the clients choose from.
 type trafficConfig struct {
 	Namespaces []string
 	Names      []string
 	CIDRs      []string // explicit prefixes: IPv4 and IPv6, containing and contained
+	Nodes      []string // the nodes claiming blocks
 }
 
 var defaultTraffic = trafficConfig{
@@ -93,6 +117,7 @@ var defaultTraffic = trafficConfig{
 		"10.2.0.0/24", "10.2.0.0/23", "10.2.1.0/24",
 		"fd01::/48", "fd01::/64", "fd01:0:0:1::/64", "fd02::/64",
 	},
+	Nodes: []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"},
 }
 
 // opLog collects every client's operations.
@@ -113,6 +138,28 @@ func (l *opLog) all() []op {
 	return append([]op(nil), l.ops...)
 }
 
+// blockMemory is the last blocks a claim was answered for each Network name, shared by the
+// clients of a run, so that gateway moves aim at held blocks half of the time.
+type blockMemory struct {
+	mu     sync.Mutex
+	blocks map[string][]string // namespace/name -> blocks
+}
+
+func (m *blockMemory) remember(key string, blocks []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.blocks == nil {
+		m.blocks = map[string][]string{}
+	}
+	m.blocks[key] = blocks
+}
+
+func (m *blockMemory) recall(key string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.blocks[key]
+}
+
 // client sends a seeded sequence of operations to one replica until ctx ends.
 type client struct {
 	id      int
@@ -123,10 +170,11 @@ type client struct {
 	seq     int
 	http    *http.Client
 	httpFor *rest.Config
+	seen    *blockMemory
 }
 
-func newClient(id int, seed int64, r *replica, cfg trafficConfig, log *opLog) *client {
-	return &client{id: id, replica: r, cfg: cfg, log: log,
+func newClient(id int, seed int64, r *replica, cfg trafficConfig, log *opLog, seen *blockMemory) *client {
+	return &client{id: id, replica: r, cfg: cfg, log: log, seen: seen,
 		rng: rand.New(rand.NewPCG(uint64(seed), uint64(id)+1))}
 }
 
@@ -165,16 +213,16 @@ func (c *client) step(ctx context.Context) {
 	var method, path, ctype string
 	var body any
 	switch n := c.rng.IntN(100); {
-	case n < 32:
+	case n < 28:
 		o.Kind, method, path = "create", http.MethodPost, base
 		body = map[string]any{"apiVersion": "samplecrd.k8s.io/v1", "kind": "Network", "metadata": meta, "spec": map[string]any{"cidr": o.CIDR}}
-	case n < 39:
+	case n < 34:
 		o.Kind, method, path = "create-v1beta1", http.MethodPost, "/apis/samplecrd.k8s.io/v1beta1/namespaces/"+o.Namespace+"/networks"
 		body = map[string]any{"apiVersion": "samplecrd.k8s.io/v1beta1", "kind": "Network", "metadata": meta, "spec": map[string]any{"subnet": o.CIDR}}
-	case n < 46:
+	case n < 40:
 		o.Kind, method, path, ctype = "apply", http.MethodPatch, item+"?fieldManager=robustness&force=true", "application/apply-patch+yaml"
 		body = map[string]any{"apiVersion": "samplecrd.k8s.io/v1", "kind": "Network", "metadata": meta, "spec": map[string]any{"cidr": o.CIDR}}
-	case n < 51:
+	case n < 45:
 		o.Kind, method, path = "create-auto", http.MethodPost, base
 		bits := 24
 		if c.rng.IntN(2) == 0 {
@@ -182,21 +230,66 @@ func (c *client) step(ctx context.Context) {
 		}
 		o.CIDR = fmt.Sprintf("/%d", bits)
 		body = map[string]any{"apiVersion": "samplecrd.k8s.io/v1", "kind": "Network", "metadata": meta, "spec": map[string]any{"prefixLength": bits}}
-	case n < 80:
+	case n < 70:
 		o.Kind, method, path, o.CIDR = "delete", http.MethodDelete, item, ""
-	case n < 90:
+	case n < 76:
 		o.Kind, method, path, ctype, o.CIDR = "label", http.MethodPatch, item, "application/merge-patch+json", ""
 		body = map[string]any{"metadata": map[string]any{"labels": map[string]string{opLabel: o.ID}}}
-	default:
+	case n < 83:
 		o.Kind, method, path, ctype, o.CIDR = "status", http.MethodPatch, item+"/status", "application/merge-patch+json", ""
 		body = map[string]any{"status": map[string]any{"nodes": []any{map[string]any{"nodeName": fmt.Sprintf("robustness-%d", c.id), "ready": false, "message": o.ID}}}}
+	case n < 86:
+		// Every node entry removed (a merge patch replaces the list): nothing in the stored
+		// object can carry the op id, so the check is that the answer's revision has none.
+		o.Kind, method, path, ctype, o.CIDR = "unreport", http.MethodPatch, item+"/status", "application/merge-patch+json", ""
+		body = map[string]any{"status": map[string]any{"nodes": []any{}}}
+	case n < 96:
+		// What the clientset's Networks(ns).ClaimBlocks sends.
+		o.Kind, method, path, o.CIDR = "claim", http.MethodPost, item+"/blockclaims", ""
+		o.Node = c.cfg.Nodes[c.rng.IntN(len(c.cfg.Nodes))]
+		body = map[string]any{"apiVersion": "samplecrd.k8s.io/v1", "kind": "BlockClaim", "nodeName": o.Node}
+	default:
+		// A gateway among the first addresses of the prefix, where the blocks are picked
+		// first (the lowest free ones), or half of the time inside a block a claim was last
+		// answered for the name: such moves must be refused with 422 while the block is held.
+		o.Kind, method, path, ctype = "gateway", http.MethodPatch, item, "application/merge-patch+json"
+		target, skipFirst := netip.MustParsePrefix(o.CIDR), true
+		aim := c.rng.IntN(2) == 0
+		if blocks := c.seen.recall(o.Namespace + "/" + o.Name); aim && len(blocks) > 0 {
+			if p, err := netip.ParsePrefix(blocks[c.rng.IntN(len(blocks))]); err == nil {
+				target, skipFirst = p, false
+			}
+		}
+		o.Gateway, o.CIDR = gatewayCandidate(target, skipFirst, c.rng), ""
+		body = map[string]any{"metadata": map[string]any{"labels": map[string]string{opLabel: o.ID}}, "spec": map[string]any{"gateway": o.Gateway}}
 	}
 	c.do(ctx, &o, method, path, ctype, body)
+	if o.Kind == "claim" && o.ok() {
+		c.seen.remember(o.Namespace+"/"+o.Name, o.Blocks)
+	}
 	c.log.add(o)
 	if o.Err != "" {
 		// The replica is down: try again soon, not in a tight loop.
 		pause(ctx, time.Duration(200+c.rng.IntN(300))*time.Millisecond)
 	}
+}
+
+// gatewayCandidate is an address among the first 1024 of p: never p's first address when
+// skipFirst (a Network's network address), any of a block's.
+func gatewayCandidate(p netip.Prefix, skipFirst bool, rng *rand.Rand) string {
+	size := uint64(1024)
+	if free := p.Addr().BitLen() - p.Bits(); free < 10 {
+		size = 1 << free
+	}
+	first := uint64(0)
+	if skipFirst && size > 1 {
+		first, size = 1, size-1
+	}
+	a := p.Masked().Addr()
+	for range first + rng.Uint64N(size) {
+		a = a.Next()
+	}
+	return a.String()
 }
 
 // requestTimeout bounds one request: longer than the server's own 60s timeout is pointless, and
@@ -257,6 +350,10 @@ func parseResponse(o *op, b []byte) {
 			CIDR   string `json:"cidr"`
 			Subnet string `json:"subnet"`
 		} `json:"spec"`
+		NetworkUID string `json:"networkUID"` // a BlockAllocation
+		Blocks     []struct {
+			CIDR string `json:"cidr"`
+		} `json:"blocks"`
 		Reason  string `json:"reason"`
 		Message string `json:"message"`
 		Details struct {
@@ -275,4 +372,11 @@ func parseResponse(o *op, b []byte) {
 	o.UID = r.Metadata.UID
 	fmt.Sscan(r.Metadata.ResourceVersion, &o.RV)
 	o.GotCIDR = r.Spec.CIDR + r.Spec.Subnet
+	if r.Kind == "BlockAllocation" {
+		// A claim: the uid that matters is the Network's.
+		o.UID = r.NetworkUID
+		for _, b := range r.Blocks {
+			o.Blocks = append(o.Blocks, b.CIDR)
+		}
+	}
 }

@@ -56,7 +56,7 @@ func NewCommand(ctx context.Context) *cobra.Command {
 				}
 			}
 			var core Core
-			if recordEvents || o.WatchNode {
+			if recordEvents || o.WatchNode || o.Lease.Namespace != "" {
 				client, err := kubernetes.NewForConfig(config)
 				if err != nil {
 					return err
@@ -66,6 +66,9 @@ func NewCommand(ctx context.Context) *cobra.Command {
 				}
 				if o.WatchNode {
 					core.Nodes = client
+				}
+				if o.Lease.Namespace != "" {
+					core.Leases = client
 				}
 			}
 			return o.Run(c.Context(), config, core)

@@ -34,7 +34,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -62,7 +64,8 @@ type ControllerOptions struct {
 	ResyncPeriod time.Duration
 	GCInterval   time.Duration
 	// WatchNode watches the Node named NodeName when a core API client is at hand: while it is
-	// not Ready the node's status entries say NodeNotReady; once it is deleted they are withdrawn.
+	// not Ready the node's status entries say NodeNotReady; once it is deleted they say
+	// NodeDeleted while the agent holds its Lease and pods hold addresses, else are withdrawn.
 	WatchNode bool
 	// MinFreeAddresses is the free addresses the node keeps in its blocks of each Network.
 	MinFreeAddresses int
@@ -71,6 +74,11 @@ type ControllerOptions struct {
 	UnderlayAddress   string
 	UnderlayInterface string
 	OverlayMTU        int
+	// NodeLabels are the node's labels for Networks' spec.nodeSelector while no Node of the
+	// node is watched or seen (standalone mode); the Node's labels count once it is.
+	NodeLabels map[string]string
+	// Lease is the agent's Lease (lease.go).
+	Lease LeaseOptions
 }
 
 // Core is what the controller uses of the core Kubernetes API; a nil field turns that use off
@@ -80,6 +88,8 @@ type Core struct {
 	Events kubernetes.Interface
 	// Nodes reads this node's Node (with ControllerOptions.WatchNode).
 	Nodes kubernetes.Interface
+	// Leases holds the agent's Lease (ControllerOptions.Lease).
+	Leases kubernetes.Interface
 }
 
 // NewControllerOptions returns the defaults; the node name defaults to the hostname.
@@ -95,6 +105,7 @@ func NewControllerOptions() *ControllerOptions {
 		WatchNode:    true,
 
 		MinFreeAddresses: networkcontroller.DefaultMinFreeAddresses,
+		Lease:            DefaultLeaseOptions,
 	}
 }
 
@@ -121,8 +132,11 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 		"Interface (in --backend-netns) of the network between nodes; its first global address is the underlay address unless --underlay-address is set. Neither set: no segment across nodes.")
 	fs.IntVar(&c.OverlayMTU, "overlay-mtu", c.OverlayMTU,
 		"MTU of each Network's bridge, VXLAN device and pods when the node has an underlay; 0: the underlay interface's MTU (1500 without one) minus the VXLAN overhead (50, 70 over IPv6).")
+	fs.StringToStringVar(&c.NodeLabels, "node-labels", c.NodeLabels,
+		"This node's labels (k=v,...) that Networks' spec.nodeSelector is matched against while no Node of it is watched (standalone mode); with a Node (--watch-node), the Node's labels count instead. Default none: only Networks without a selector, or with one that requires no label, are realised here.")
+	c.Lease.addFlags(fs)
 	fs.BoolVar(&c.WatchNode, "watch-node", c.WatchNode,
-		"Watch the Node named --node-name through the core API (attached mode): while it is not Ready this node's status.nodes entries say NodeNotReady, once it is deleted they are withdrawn. Without such a Node, nothing changes.")
+		"Watch the Node named --node-name through the core API (attached mode): while it is not Ready this node's status.nodes entries say NodeNotReady; once it is deleted they say NodeDeleted while this agent holds its Lease and pods hold addresses, and are withdrawn otherwise. Without such a Node, nothing changes.")
 }
 
 // Validate checks the flags.
@@ -148,6 +162,14 @@ func (c *ControllerOptions) Validate() []error {
 	if c.OverlayMTU != 0 && (c.OverlayMTU < 68 || c.OverlayMTU > 65535) {
 		errs = append(errs, fmt.Errorf("--overlay-mtu must be 0 or between 68 and 65535"))
 	}
+	for k, v := range c.NodeLabels {
+		for _, msg := range validation.IsQualifiedName(k) {
+			errs = append(errs, fmt.Errorf("--node-labels: key %q: %s", k, msg))
+		}
+		for _, msg := range validation.IsValidLabelValue(v) {
+			errs = append(errs, fmt.Errorf("--node-labels: value %q of %s: %s", v, k, msg))
+		}
+	}
 	if c.MinFreeAddresses < 1 {
 		errs = append(errs, fmt.Errorf("--min-free-addresses must be at least 1"))
 	}
@@ -172,7 +194,8 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 	// for everything that uses the backend.
 	defer backend.Close()
 
-	opts := networkcontroller.Options{NodeName: c.NodeName, GCInterval: c.GCInterval, MinFreeAddresses: c.MinFreeAddresses}
+	opts := networkcontroller.Options{NodeName: c.NodeName, GCInterval: c.GCInterval, MinFreeAddresses: c.MinFreeAddresses,
+		NodeLabels: labels.Set(c.NodeLabels)}
 	if opts.Underlay, opts.OverlayMTU, err = c.underlay(); err != nil {
 		return err
 	}
@@ -194,6 +217,15 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 		}
 		nodes.Start(ctx.Done())
 		defer nodes.Shutdown()
+	}
+	if core.Leases != nil {
+		leaseCtx, stopLease := context.WithCancel(ctx)
+		holder := &leaseHolder{options: c.Lease}
+		opts.LeaseHeld = holder.held
+		var holding sync.WaitGroup
+		holding.Go(func() { holder.hold(leaseCtx, core.Leases, c.NodeName) })
+		defer holding.Wait()
+		defer stopLease()
 	}
 	factory := externalversions.NewSharedInformerFactory(client, c.ResyncPeriod)
 	// Only this node's BlockAllocations: the blocks its configurations hand out.

@@ -17,8 +17,10 @@ limitations under the License.
 package agent
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/fake"
@@ -59,5 +61,33 @@ func TestUnderlayFlags(t *testing.T) {
 	o.UnderlayAddress = "not-an-address"
 	if errs := o.Validate(); len(errs) == 0 {
 		t.Fatal("a bad --underlay-address validated")
+	}
+}
+
+func TestNodeLabelsFlag(t *testing.T) {
+	o := NewControllerOptions()
+	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+	o.AddFlags(fs, false)
+	if len(o.NodeLabels) != 0 {
+		t.Fatalf("default --node-labels: %v; want none", o.NodeLabels)
+	}
+	if err := fs.Parse([]string{"--node-labels", "zone=a,example.com/rack=r1"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.NodeLabels["zone"] != "a" || o.NodeLabels["example.com/rack"] != "r1" || len(o.NodeLabels) != 2 {
+		t.Fatalf("--node-labels zone=a,example.com/rack=r1 parsed as %v", o.NodeLabels)
+	}
+	if errs := o.Validate(); len(errs) != 0 {
+		t.Fatalf("valid labels: %v", errs)
+	}
+	o.NodeLabels = map[string]string{"bad key!": "a", "zone": "not valid!"}
+	errs := o.Validate()
+	if len(errs) != 2 {
+		t.Fatalf("two bad labels gave %d errors: %v", len(errs), errs)
+	}
+	for _, err := range errs {
+		if !strings.Contains(err.Error(), "--node-labels") {
+			t.Errorf("error does not name the flag: %v", err)
+		}
 	}
 }

@@ -103,6 +103,7 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 		Blocks: allocator.New(client, storage.Prefix+"/blocks"),
 		BlockSizes: blockstorage.BlockSizes{IPv4: o.BlockPrefixLengthV4, IPv6: o.BlockPrefixLengthV6,
 			MaxPerNode: o.MaxBlocksPerNode},
-		VNIs: segment.New(client, storage.Prefix+"/segments", vniRange),
+		VNIs:              segment.New(client, storage.Prefix+"/segments", vniRange),
+		BlockReleaseGrace: o.BlockReleaseGrace,
 	}, client, nil
 }

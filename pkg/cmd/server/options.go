@@ -47,6 +47,7 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
 	"github.com/samplecrd/network-apiserver/pkg/embeddedetcd"
 	generatedopenapi "github.com/samplecrd/network-apiserver/pkg/generated/openapi"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/release"
 	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 	"github.com/samplecrd/network-apiserver/pkg/standaloneauth"
@@ -76,6 +77,9 @@ type Options struct {
 	BlockPrefixLengthV4, BlockPrefixLengthV6, MaxBlocksPerNode int
 	// VNIRange is the range Networks' VNIs come from, "first-last".
 	VNIRange string
+	// BlockReleaseGrace is the least time between the two observations that release a node's
+	// blocks (pkg/registry/samplecrd/blockallocation/release).
+	BlockReleaseGrace time.Duration
 	// Controller configures the bundled Network controller.
 	Controller *agent.ControllerOptions
 	// NodeLifecycle runs the node lifecycle loop in attached mode (pkg/controller/nodelifecycle).
@@ -112,6 +116,7 @@ func NewOptions(out io.Writer) *Options {
 		BlockPrefixLengthV6:      blockstorage.DefaultBlockSizes.IPv6,
 		MaxBlocksPerNode:         blockstorage.DefaultBlockSizes.MaxPerNode,
 		VNIRange:                 segment.DefaultRange.String(),
+		BlockReleaseGrace:        release.DefaultGrace,
 		Out:                      out,
 	}
 	// Cache snapshots answer paged LISTs and LISTs at an older resourceVersion from the watch
@@ -146,7 +151,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Controller.AddFlags(fs, true)
 	fs.BoolVar(&o.NodeLifecycle, "node-lifecycle", o.NodeLifecycle,
 		"In attached mode, watch Nodes: mark the status.nodes entries of a Node that is not Ready NodeNotReady, and remove those of a deleted Node "+
-			"(releasing a Network being deleted that only they held). Needs get, list and watch on nodes.")
+			"(releasing a Network being deleted that only they held) once its agent's Lease (--agent-lease-namespace) is not held or the entry reports leases: 0; "+
+			"until then they say NodeDeleted. Needs get, list and watch on nodes (attached mode needs them anyway: the block release checks that a Node is gone).")
 	fs.StringVar(&o.TemplateFile, "network-template-file", o.TemplateFile,
 		"YAML file holding the network template (labels, annotations, spec fields merged into every new Network); re-read when it changes. "+
 			"Without it, attached mode reads the ConfigMap network-template (key template) in --template-namespace.")
@@ -165,6 +171,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Most address blocks one node may hold in one Network.")
 	fs.StringVar(&o.VNIRange, "vni-range", o.VNIRange,
 		"The VXLAN network identifiers Networks get, first-last (inclusive, 1 to 16777215); each Network holds one, unique cluster-wide. Narrowing it leaves VNIs outside it held.")
+	fs.DurationVar(&o.BlockReleaseGrace, "block-release-grace", o.BlockReleaseGrace,
+		"A node's address blocks of a Network are released when two observations this far apart both find that none of its pods can hold an address "+
+			"in them (standalone: the node has no status.nodes entry; attached: its Node is deleted and its entry is gone or reports leases: 0), "+
+			"with the Network and the node's BlockAllocation unchanged in between.")
 	fs.StringSliceVar(&o.NetworkPools, "network-pool", o.NetworkPools,
 		"Prefix from which Networks with spec.prefixLength and no spec.cidr get theirs; repeatable, IPv4 and IPv6, tried in order.")
 }
@@ -253,6 +263,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := segment.ParseRange(o.VNIRange); err != nil {
 		errs = append(errs, fmt.Errorf("--vni-range: %w", err))
+	}
+	if o.BlockReleaseGrace <= 0 {
+		errs = append(errs, fmt.Errorf("--block-release-grace must be positive"))
 	}
 	if o.AllocationVerifyInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--allocation-verify-interval must be positive"))

@@ -99,9 +99,25 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Attached mode: one Node informer for the node lifecycle loop, the block release and the
+	// block claims' spec.nodeSelector check.
+	var nodes *coreNodes
+	if client := config.GenericConfig.ClientConfig; client != nil && !o.Standalone {
+		if nodes, err = newCoreNodes(client); err != nil {
+			return err
+		}
+		config.Extra.Nodes = nodes.release()
+		config.Extra.NodeLabels = nodes.release().Labels
+	}
 	server, err := config.Complete().New()
 	if err != nil {
 		return err
+	}
+	if nodes != nil {
+		server.GenericAPIServer.AddPostStartHookOrDie("start-node-informer", func(hook genericapiserver.PostStartHookContext) error {
+			nodes.start(hook)
+			return nil
+		})
 	}
 	if o.Controller.Enabled {
 		// Events and the Node need the core API: attached mode has it, standalone mode does not.
@@ -111,6 +127,7 @@ func (o *Options) Run(ctx context.Context) error {
 				return err
 			}
 			core.Nodes = core.Events
+			core.Leases = core.Events
 		}
 		// A controller that fails fails /livez: the process no longer does one of its jobs and
 		// will not recover by itself, so an orchestrator should restart it and a person see it.
@@ -127,11 +144,8 @@ func (o *Options) Run(ctx context.Context) error {
 		// controller, so that it has closed its backend when Run returns.
 		defer controller.Wait()
 	}
-	if client := config.GenericConfig.ClientConfig; client != nil && !o.Standalone && o.NodeLifecycle {
-		loop, err := newNodeLifecycle(client)
-		if err != nil {
-			return err
-		}
+	if nodes != nil && o.NodeLifecycle {
+		loop := newNodeLifecycle(nodes, o.Controller.Lease.Namespace)
 		server.GenericAPIServer.AddPostStartHookOrDie("start-node-lifecycle", func(hook genericapiserver.PostStartHookContext) error {
 			return loop.start(hook, hook.LoopbackClientConfig)
 		})

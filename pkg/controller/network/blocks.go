@@ -49,6 +49,11 @@ type blockView struct {
 	blocks []netip.Prefix
 	// failure, when set, is why the node lacks a block it needs (the claim's error).
 	failure error
+	// legacy: the node holds no block yet but host-local holds leases from the whole-prefix
+	// configuration, which it keeps until they are covered (blocks is nil).
+	legacy bool
+	// conflict, when set, names leases of this node inside other nodes' blocks.
+	conflict error
 }
 
 // cidrs are the blocks as strings, for the entry.
@@ -108,8 +113,17 @@ func blocksOf(a *v1.BlockAllocation, prefix netip.Prefix) []netip.Prefix {
 
 // claim asks the server for one more block of n for this node and remembers the answer.
 func (c *Controller) claim(ctx context.Context, n *v1.Network) (*v1.BlockAllocation, error) {
-	a, err := c.client.SamplecrdV1().Networks(n.Namespace).ClaimBlocks(ctx, n.Name,
-		&v1.BlockClaim{NodeName: c.opts.NodeName}, metav1.CreateOptions{})
+	return c.claimWith(ctx, n, &v1.BlockClaim{NodeName: c.opts.NodeName})
+}
+
+// claimWith posts claim for n and remembers the answer.
+func (c *Controller) claimWith(ctx context.Context, n *v1.Network, claim *v1.BlockClaim) (*v1.BlockAllocation, error) {
+	if c.nodeStatus().deleted {
+		// A node whose Node is gone keeps what it holds while pods may use it, and takes no more:
+		// its blocks are released once it reports no leases.
+		return nil, netbackend.Errorf(ReasonNodeDeleted, "node %s's Node is deleted: it claims no address block", c.opts.NodeName)
+	}
+	a, err := c.client.SamplecrdV1().Networks(n.Namespace).ClaimBlocks(ctx, n.Name, claim, metav1.CreateOptions{})
 	if err != nil {
 		return nil, claimError(n, err)
 	}
@@ -120,11 +134,15 @@ func (c *Controller) claim(ctx context.Context, n *v1.Network) (*v1.BlockAllocat
 	return a, nil
 }
 
-// claimError gives a failed claim its entry reason: AddressesExhausted with the server's
-// message when no block is left, else Reconciling (retried).
+// claimError gives a failed claim its entry reason: AddressesExhausted (no block left) or
+// WaitingForUpgrade (other nodes still on the whole prefix) with the server's message, else
+// Reconciling (retried).
 func claimError(n *v1.Network, err error) error {
-	if status, ok := err.(apierrors.APIStatus); ok && string(status.Status().Reason) == ReasonAddressesExhausted {
-		return netbackend.Errorf(ReasonAddressesExhausted, "%s", status.Status().Message)
+	if status, ok := err.(apierrors.APIStatus); ok {
+		switch reason := string(status.Status().Reason); reason {
+		case ReasonAddressesExhausted, ReasonWaitingForUpgrade:
+			return netbackend.Errorf(reason, "%s", status.Status().Message)
+		}
 	}
 	return netbackend.Errorf(ReasonReconciling, "claiming an address block of %s/%s: %v", n.Namespace, n.Name, err)
 }
@@ -153,7 +171,7 @@ func (c *Controller) firstBlocks(ctx context.Context, n *v1.Network, prefix neti
 // is returned.
 func (c *Controller) keepHeadroom(ctx context.Context, n *v1.Network, prefix netip.Prefix, gateway netip.Addr, v blockView, leases []string, ports int) (bool, error) {
 	free := freeAddresses(v.blocks, prefix, gateway, leases, ports)
-	if free >= int64(c.opts.MinFreeAddresses) {
+	if free >= int64(c.opts.MinFreeAddresses) || c.nodeStatus().deleted {
 		return false, nil
 	}
 	klog.FromContext(ctx).V(2).Info("Free addresses below the threshold; claiming another block",

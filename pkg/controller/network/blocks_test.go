@@ -22,6 +22,7 @@ import (
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +30,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
 )
 
@@ -276,5 +278,45 @@ func TestNoVNIMeansNoSegmentButOverlayMTU(t *testing.T) {
 	applied := f.statusApplies()
 	if len(applied) != 1 || applied[0].UnderlayAddress != "192.168.77.1" || applied[0].VXLAN != "" || applied[0].MTU != 1450 {
 		t.Fatalf("entry without a VNI: %+v", applied)
+	}
+}
+
+// TestDeletedNodeWithdrawsAfterItsLastLease: once its Node is deleted, a node with blocks reports
+// NodeDeleted while it holds leases and withdraws its entry once it reports none.
+func TestDeletedNodeWithdrawsAfterItsLastLease(t *testing.T) {
+	f := newBlocksFixture(t, blockNetwork(), "10.66.0.16/28", "10.66.0.32/28", "10.66.0.48/28")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	f.statusApplies()
+	f.refresh("web")
+	f.backend.SetLeases("team/web", "10.66.0.17")
+	f.controller.opts.LeaseHeld = func() bool { return true }
+	f.controller.nodeChanged(readyNode("node-a", corev1.ConditionTrue, "KubeletReady"), true)
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || applied[0].Reason != nodestatus.ReasonNodeDeleted || applied[0].Ready ||
+		applied[0].Leases == nil || *applied[0].Leases != 1 || !slices.Contains(applied[0].Blocks, "10.66.0.16/28") {
+		t.Fatalf("entry while a lease is held on a deleted Node: %+v", applied)
+	}
+	claims := f.claims
+	f.refresh("web")
+	f.backend.SetLeases("team/web", "10.66.0.17", "10.66.0.18", "10.66.0.19", "10.66.0.20")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if f.claims != claims {
+		t.Fatalf("a node whose Node is deleted claimed %d more blocks", f.claims-claims)
+	}
+	f.statusApplies()
+	f.refresh("web")
+	f.backend.SetLeases("team/web")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.refresh("web"); nodestatus.FindEntry(n, "node-a") != nil {
+		t.Fatalf("entry after the last lease went: %+v", n.Status.Nodes)
 	}
 }

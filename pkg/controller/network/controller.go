@@ -21,12 +21,14 @@ package network
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -47,6 +49,10 @@ import (
 type Options struct {
 	// NodeName is this node; it names the status entry and the field manager.
 	NodeName string
+	// LeaseHeld says whether this agent holds its Lease (nil: it holds none). Once its Node is
+	// deleted, only an agent holding its Lease keeps reporting (NodeDeleted): the server's node
+	// lifecycle loop removes the entries of one that does not.
+	LeaseHeld func() bool
 	// GCInterval is how often orphans are collected after the collection at start.
 	GCInterval time.Duration
 	// Recorder records Events on Networks; nil records none (standalone mode has no Events API).
@@ -79,6 +85,10 @@ type Options struct {
 	Underlay     netip.Addr
 	UnderlayLink string
 	OverlayMTU   int
+	// NodeLabels are this node's labels for Networks' spec.nodeSelector while its Node is not
+	// known (standalone mode has none: --node-labels); once the Node has been seen, its labels
+	// count instead. A node a Network does not select keeps nothing of it (see deselect).
+	NodeLabels labels.Set
 }
 
 // Controller converges one node's networks with the Networks in the API.
@@ -99,6 +109,7 @@ type Controller struct {
 	nodeSynced cache.InformerSynced // nil without Options.Node
 	nodeMu     sync.Mutex
 	node       nodeState
+	nodeLabels labels.Set // the Node's, once node.known
 
 	blockLister  listers.BlockAllocationLister // nil without Options.Blocks
 	blocksSynced cache.InformerSynced
@@ -253,7 +264,25 @@ func (c *Controller) syncHandler(ctx context.Context, key string) (string, error
 	case err != nil:
 		return "error", err
 	case n.DeletionTimestamp != nil:
+		if done, result, err := c.terminateUnselected(ctx, key, n); done {
+			return result, err
+		}
 		return c.terminate(ctx, key, n)
 	}
+	if n.Spec.NodeSelector != nil && !c.labelsSettled() {
+		// The Node informer has not synced yet: its labels may select the node or not. Act on
+		// neither guess (a wrong one would remove a bridge, or claim a block); look again soon.
+		c.queue.AddAfter(key, labelsRecheck)
+		return "waiting_for_node", nil
+	}
+	selected, err := c.selected(n)
+	if err != nil {
+		_, reportErr := c.report(ctx, n, 0, nil, err)
+		return "error", errors.Join(err, reportErr)
+	}
+	if !selected {
+		return c.deselect(ctx, key, n)
+	}
+	c.leasesDone(key) // a drain that stopped part way starts afresh next time
 	return c.sync(ctx, key, n)
 }

@@ -29,7 +29,7 @@ var (
 	reconciles = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      "network_controller",
 		Name:           "reconcile_total",
-		Help:           "Reconciles of Networks by result (in_sync, changed, removed, error).",
+		Help:           "Reconciles of Networks by result (in_sync, changed, removed, not_selected, draining, waiting_for_node, terminating, error).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
 	reconcileDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{

@@ -18,6 +18,7 @@ package network
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -85,14 +86,18 @@ func (c *Controller) nodeChanged(obj interface{}, deleted bool) {
 		state.why = why
 	}
 	c.nodeMu.Lock()
-	changed := c.node != state
+	relabelled := !c.node.known || !maps.Equal(c.nodeLabels, node.Labels)
+	changed := c.node != state || relabelled
 	c.node = state
+	if relabelled {
+		c.nodeLabels = labels.Set(maps.Clone(node.Labels))
+	}
 	c.nodeMu.Unlock()
 	if !changed {
 		return
 	}
 	klog.InfoS("This node's Node changed; reporting on every Network again", "node", c.opts.NodeName,
-		"ready", !deleted && state.why == "", "notReadyBecause", state.why, "deleted", deleted)
+		"ready", !deleted && state.why == "", "notReadyBecause", state.why, "deleted", deleted, "labelsChanged", relabelled)
 	networks, err := c.lister.List(labels.Everything())
 	if err != nil {
 		utilruntime.HandleError(err)
@@ -101,6 +106,34 @@ func (c *Controller) nodeChanged(obj interface{}, deleted bool) {
 	for _, n := range networks {
 		c.enqueue(n)
 	}
+}
+
+// labelsRecheck is how soon a Network with a selector is looked at again while the Node
+// informer has not synced.
+const labelsRecheck = time.Second
+
+// labelsSettled says whether the node's labels are known well enough to match selectors: the
+// Node has been seen, or there is no Node informer, or it has synced without this node's Node
+// (then Options.NodeLabels count).
+func (c *Controller) labelsSettled() bool {
+	if c.nodeSynced == nil {
+		return true
+	}
+	c.nodeMu.Lock()
+	known := c.node.known
+	c.nodeMu.Unlock()
+	return known || c.nodeSynced()
+}
+
+// selectorLabels returns the labels Networks' spec.nodeSelector is matched against: those of
+// this node's Node once it has been seen, else Options.NodeLabels (standalone: --node-labels).
+func (c *Controller) selectorLabels() labels.Set {
+	c.nodeMu.Lock()
+	defer c.nodeMu.Unlock()
+	if c.node.known {
+		return c.nodeLabels
+	}
+	return c.opts.NodeLabels
 }
 
 // nodeStatus returns what is known of this node's Node.

@@ -32,8 +32,8 @@ import (
 
 var readyNode = nodestatustest.Node
 
-// The agent reports the marked entry while its Node is not Ready, withdraws its entry once the
-// Node is deleted, and reports as usual again once the Node is Ready.
+// The agent reports the marked entry while its Node is not Ready, marks it NodeDeleted once the
+// Node is deleted (it still runs; the lease count is unknown), and reports as usual again once the Node is Ready.
 func TestAgentFollowsItsNode(t *testing.T) {
 	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
 	ctx := context.Background()
@@ -72,12 +72,19 @@ func TestAgentFollowsItsNode(t *testing.T) {
 		t.Fatalf("a resync while NotReady wrote again (%v): %v", err, f.client.Actions())
 	}
 
+	// Deleted: this agent still runs and holds its Lease, and without a lease count (no blocks
+	// here) pods may hold addresses: the entry stays, marked NodeDeleted.
+	leaseHeld := true
+	f.controller.opts.LeaseHeld = func() bool { return leaseHeld }
 	f.controller.nodeChanged(readyNode("node-a", corev1.ConditionUnknown, "NodeStatusUnknown"), true)
 	if _, err := f.sync("team/web"); err != nil {
 		t.Fatal(err)
 	}
+	if deleted := f.statusApplies(); len(deleted) != 1 || !sameEntry(deleted[0], nodestatus.MarkNodeDeleted(normal[0])) {
+		t.Fatalf("report once the Node is deleted: %+v", deleted)
+	}
 	n := f.refresh("web")
-	if len(n.Status.Nodes) != 0 {
+	if len(n.Status.Nodes) != 1 || n.Status.Nodes[0].Reason != nodestatus.ReasonNodeDeleted {
 		t.Fatalf("entries after the Node was deleted: %+v", n.Status.Nodes)
 	}
 	if f.backend.Get("team/web") == nil {
@@ -85,6 +92,15 @@ func TestAgentFollowsItsNode(t *testing.T) {
 	}
 	if _, err := f.sync("team/web"); err != nil || len(f.client.Actions()) != 0 {
 		t.Fatalf("a resync after the Node was deleted wrote again (%v): %v", err, f.client.Actions())
+	}
+	// Its Lease no longer held (renewals failing), the agent withdraws the entry, as the server
+	// removes it.
+	leaseHeld = false
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.refresh("web"); len(n.Status.Nodes) != 0 {
+		t.Fatalf("entries of a deleted Node's agent without its Lease: %+v", n.Status.Nodes)
 	}
 
 	f.controller.nodeChanged(readyNode("node-a", corev1.ConditionTrue, "KubeletReady"), false)

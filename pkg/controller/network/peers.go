@@ -21,11 +21,12 @@ import (
 	"slices"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 )
 
 // ReasonNodeDeleted is the reason of an entry whose Node is gone; such a node is no peer.
-const ReasonNodeDeleted = "NodeDeleted"
+const ReasonNodeDeleted = nodestatus.ReasonNodeDeleted
 
 // withSegment adds the segment to desired when the node has an underlay: the overlay MTU from
 // the first pod on, and, once the server has given the Network a VNI, the VXLAN device and its

@@ -22,7 +22,6 @@ import (
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
-	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
@@ -30,13 +29,14 @@ import (
 
 // entryExtra is what a node with blocks adds to its entry.
 type entryExtra struct {
-	// blocksMode: the node hands out addresses from its blocks only.
-	blocksMode bool
-	underlay   string
-	vxlan      string
-	blocks     []string
-	mtu        int32
-	leases     *int32
+	// ipamMode: how the node hands out addresses (Blocks, or Legacy until its leases from the
+	// whole-prefix configuration are covered).
+	ipamMode string
+	underlay string
+	vxlan    string
+	blocks   []string
+	mtu      int32
+	leases   *int32
 }
 
 // report applies this node's status entry, unless it already says the same, and returns the
@@ -56,9 +56,7 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 		if len(entry.Blocks) == 0 {
 			entry.Blocks = nil
 		}
-		if extra.blocksMode {
-			entry.IPAMMode = samplecrd.IPAMModeBlocks
-		}
+		entry.IPAMMode = extra.ipamMode
 		entry.UnderlayAddress, entry.VXLAN = extra.underlay, extra.vxlan
 		entry.MTU = extra.mtu
 		entry.Leases = extra.leases
@@ -67,18 +65,21 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 		entry.Reason, entry.Message = netbackend.ReasonOf(failure), failure.Error()
 	}
 	// While the Node is not Ready the entry says so, exactly as the server's node lifecycle loop
-	// marks it, so the two never undo each other; once the Node is deleted the entry goes, as
-	// that loop removes it.
+	// marks it, so the two never undo each other. Once the Node is deleted the entry says
+	// NodeDeleted while pods may hold addresses (the blocks stay while it does), and goes once it
+	// reports no leases or this agent holds no Lease, as that loop removes it.
 	switch node := c.nodeStatus(); {
-	case node.deleted:
+	case node.deleted && (nodestatus.ReportsNoLeases(entry) || c.opts.LeaseHeld == nil || !c.opts.LeaseHeld()):
 		return nodestatus.WithdrawNodeEntry(ctx, c.client, n, c.opts.NodeName, "")
+	case node.deleted:
+		entry = nodestatus.MarkNodeDeleted(entry)
 	case node.why != "":
 		entry = nodestatus.MarkNodeNotReady(entry, node.why)
 	}
 	if current := nodestatus.FindEntry(n, c.opts.NodeName); current != nil && apiequality.Semantic.DeepEqual(*current, entry) {
 		return n, nil
 	}
-	if failure != nil && netbackend.ReasonOf(failure) != ReasonTerminating {
+	if reason := netbackend.ReasonOf(failure); failure != nil && reason != ReasonTerminating && reason != ReasonNotSelected {
 		c.event(n, "Warning", EventFailed, fmt.Sprintf("node %s: %v", c.opts.NodeName, failure))
 	}
 	// Deleted meanwhile (nil): the delete event removes it from the node.

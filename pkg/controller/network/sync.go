@@ -25,6 +25,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
@@ -64,9 +65,9 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 	c.withSegment(&desired, n)
 	var view *blockView
 	if c.blockLister != nil {
-		v := c.firstBlocks(ctx, n, desired.Prefix)
+		v := c.nodeBlocks(ctx, n, key, desired.Prefix, desired.Gateway)
 		view = &v
-		desired.Blocks = v.blocks
+		desired.Blocks = v.blocks // nil in legacy mode: the whole prefix, as before blocks
 		desired.DefaultRoute = n.Spec.DefaultRoute != nil && *n.Spec.DefaultRoute
 	}
 	changes, outcome, ensureErr := c.backend.Ensure(ctx, desired)
@@ -85,7 +86,10 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 	}
 	if view != nil {
 		extra.blocks = view.cidrs()
-		extra.blocksMode = true
+		extra.ipamMode = samplecrd.IPAMModeBlocks
+		if view.legacy {
+			extra.ipamMode = samplecrd.IPAMModeLegacy
+		}
 		if ensureErr == nil {
 			if actual, err := c.backend.Observe(ctx, key); err == nil && actual != nil {
 				if desired.Segment != nil {
@@ -98,7 +102,7 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 				}
 				leases := int32(len(actual.Leases))
 				extra.leases = &leases
-				if view.failure == nil || netbackend.ReasonOf(view.failure) == netbackend.ReasonSegmentDown {
+				if !view.legacy && (view.failure == nil || netbackend.ReasonOf(view.failure) == netbackend.ReasonSegmentDown) {
 					added, err := c.keepHeadroom(ctx, n, desired.Prefix, desired.Gateway, *view, actual.Leases, len(outcome.Ports))
 					if added {
 						c.queue.Add(key) // realise the new block
@@ -109,6 +113,13 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 				}
 			}
 			failure = view.failure
+			switch {
+			case view.conflict != nil && failure != nil:
+				// The conflict lasts until a pod restarts: it leads, the other cause is kept.
+				failure = netbackend.Errorf(ReasonAddressConflict, "%v; also %s: %v", view.conflict, netbackend.ReasonOf(failure), failure)
+			case view.conflict != nil:
+				failure = view.conflict
+			}
 		}
 	}
 	if _, err := c.report(ctx, n, attachments, extra, failure); err != nil {

@@ -25,7 +25,9 @@ limitations under the License.
 // attachments kept), under the node's own field manager, exactly as the node's agent writes it
 // while it sees its Node not Ready: whoever writes first, the other finds nothing to change. For
 // an entry whose Node has been deleted it removes the entry, the way Kubernetes lets go of the pods
-// of a deleted Node; a Network being deleted is then released once no remaining entry reports
+// of a deleted Node — unless (WithAgentLeases) the node's agent still holds its Lease and the entry
+// does not report zero leases: pods there may still hold addresses of the node's blocks, so the
+// entry stays, marked NodeDeleted as the agent marks it, and is checked again every recheck; a Network being deleted is then released once no remaining entry reports
 // attachments and no Ready node is left to release it. Entries whose name is not, and never was,
 // a Node (a controller run with a --node-name of its own, as in a cluster without nodes) are left
 // alone. Several replicas may run it at once: they write the same content, conditional on the
@@ -42,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,11 +57,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/pager"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
@@ -83,6 +88,27 @@ type Controller struct {
 	mu sync.Mutex
 	// deleted holds the names of Nodes this process saw deleted (and not created again).
 	deleted sets.Set[string]
+
+	// leases, when set, reads the agents' Leases: a deleted Node's entries are then kept
+	// (marked NodeDeleted) while its agent holds its Lease and reports leases.
+	leases        kubernetes.Interface
+	leaseNS       string
+	leaseRecheck  time.Duration
+	clock         clock.PassiveClock
+	awaitingLease atomic.Bool
+}
+
+// DefaultLeaseRecheck is how often entries kept for a deleted Node's running agent are checked
+// against its Lease again.
+const DefaultLeaseRecheck = 10 * time.Second
+
+// WithAgentLeases makes the loop keep the entries of a deleted Node, marked NodeDeleted, while
+// its agent holds the Lease nodestatus.LeaseName(node) in namespace (and the entry does not
+// report zero leases): a Node deleted under a running agent must not take the entries, and so
+// the blocks, from pods that still hold addresses. Kept entries are checked again every recheck.
+func (c *Controller) WithAgentLeases(client kubernetes.Interface, namespace string, recheck time.Duration) *Controller {
+	c.leases, c.leaseNS, c.leaseRecheck = client, namespace, recheck
+	return c
 }
 
 // New wires the loop to an informer on Nodes (not started yet). While some Node is not Ready,
@@ -94,6 +120,7 @@ func New(client versioned.Interface, nodeInformer coreinformers.NodeInformer, re
 		synced:  nodeInformer.Informer().HasSynced,
 		deleted: sets.New[string](),
 		resync:  resync,
+		clock:   clock.RealClock{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "network_node_lifecycle"}),
@@ -166,6 +193,15 @@ func (c *Controller) Run(ctx context.Context) error {
 			}
 		}, c.resync)
 	})
+	if c.leases != nil {
+		running.Go(func() {
+			wait.UntilWithContext(ctx, func(context.Context) {
+				if c.awaitingLease.Load() {
+					c.queue.Add(pass)
+				}
+			}, c.leaseRecheck)
+		})
+	}
 	<-ctx.Done()
 	c.queue.ShutDown()
 	running.Wait()
@@ -204,25 +240,31 @@ func (c *Controller) someNodeNotReady() bool {
 // A Network that fails does not stop the others; the pass fails with the errors at the end.
 func (c *Controller) passOver(ctx context.Context) error {
 	var errs []error
+	awaiting := false
 	p := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return c.client.SamplecrdV1().Networks(metav1.NamespaceAll).List(ctx, opts)
 	})
 	p.PageSize = pageSize
 	err := p.EachListItem(ctx, metav1.ListOptions{}, func(obj runtime.Object) error {
 		if n, ok := obj.(*v1.Network); ok && (len(n.Status.Nodes) > 0 || n.DeletionTimestamp != nil) {
-			if err := c.sync(ctx, n); err != nil {
+			waits, err := c.sync(ctx, n)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("%s/%s: %w", n.Namespace, n.Name, err))
 			}
+			awaiting = awaiting || waits || err != nil
 		}
 		return ctx.Err()
 	})
+	c.awaitingLease.Store(awaiting)
 	return errors.Join(append(errs, err)...)
 }
 
-// sync brings one Network's entries in line with the Nodes.
-func (c *Controller) sync(ctx context.Context, n *v1.Network) error {
+// sync brings one Network's entries in line with the Nodes. It says whether it kept an entry of a
+// deleted Node for its agent's Lease (to be checked again).
+func (c *Controller) sync(ctx context.Context, n *v1.Network) (bool, error) {
 	key := n.Namespace + "/" + n.Name
 	current := n
+	awaiting := false
 	for _, entry := range n.Status.Nodes {
 		var updated *v1.Network
 		node, err := c.nodes.Get(entry.NodeName)
@@ -231,12 +273,29 @@ func (c *Controller) sync(ctx context.Context, n *v1.Network) error {
 			if !c.wasNode(entry) {
 				continue
 			}
+			held, err := c.agentHolds(ctx, entry)
+			if err != nil {
+				return awaiting, err
+			}
+			if held {
+				awaiting = true
+				want := nodestatus.MarkNodeDeleted(entry)
+				if apiequality.Semantic.DeepEqual(want, entry) {
+					continue
+				}
+				if updated, err = nodestatus.ApplyNodeEntry(ctx, c.client, current, want, current.ResourceVersion); err != nil {
+					return awaiting, err
+				}
+				klog.FromContext(ctx).Info("Kept the status entry of a deleted Node, marked NodeDeleted: its agent still holds its Lease",
+					"network", key, "node", entry.NodeName)
+				break
+			}
 			if updated, err = nodestatus.WithdrawNodeEntry(ctx, c.client, current, entry.NodeName, current.ResourceVersion); err != nil {
-				return err
+				return awaiting, err
 			}
 			klog.FromContext(ctx).Info("Removed the status entry of a deleted Node", "network", key, "node", entry.NodeName)
 		case err != nil:
-			return err
+			return awaiting, err
 		default:
 			ready, why := nodestatus.NodeReadiness(node)
 			want := nodestatus.MarkNodeNotReady(entry, why)
@@ -244,22 +303,38 @@ func (c *Controller) sync(ctx context.Context, n *v1.Network) error {
 				continue
 			}
 			if updated, err = nodestatus.ApplyNodeEntry(ctx, c.client, current, want, current.ResourceVersion); err != nil {
-				return err
+				return awaiting, err
 			}
 			klog.FromContext(ctx).V(2).Info("Marked the status entry of a Node that is not Ready", "network", key, "node", entry.NodeName, "why", why)
 		}
 		if updated == nil {
-			return nil // the Network is gone
+			return awaiting, nil // the Network is gone
 		}
 		current = updated
 	}
 	if nodestatus.Releasable(current) && c.noReadyNodeReports(current) {
 		if err := nodestatus.Release(ctx, c.client, current); err != nil {
-			return err
+			return awaiting, err
 		}
 		klog.FromContext(ctx).Info("No node that is Ready reports on the Network and none reports pods: released it for deletion", "network", key)
 	}
-	return nil
+	return awaiting, nil
+}
+
+// agentHolds says whether the entry of a deleted Node stays: its agent holds its Lease and the
+// entry does not report zero leases. Without WithAgentLeases nothing stays.
+func (c *Controller) agentHolds(ctx context.Context, entry v1.NetworkNodeStatus) (bool, error) {
+	if c.leases == nil || nodestatus.ReportsNoLeases(entry) {
+		return false, nil
+	}
+	lease, err := c.leases.CoordinationV1().Leases(c.leaseNS).Get(ctx, nodestatus.LeaseName(entry.NodeName), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the Lease of node %s's agent: %w", entry.NodeName, err)
+	}
+	return nodestatus.LeaseHeld(lease, c.clock.Now()), nil
 }
 
 // wasNode says whether entry's node, which has no Node now, had one: this process saw it
@@ -267,7 +342,7 @@ func (c *Controller) sync(ctx context.Context, n *v1.Network) error {
 func (c *Controller) wasNode(entry v1.NetworkNodeStatus) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.deleted.Has(entry.NodeName) || entry.Reason == nodestatus.ReasonNodeObjectNotReady
+	return c.deleted.Has(entry.NodeName) || entry.Reason == nodestatus.ReasonNodeObjectNotReady || entry.Reason == nodestatus.ReasonNodeDeleted
 }
 
 // noReadyNodeReports says whether every entry of n is of a Node that is not Ready: no agent is

@@ -24,11 +24,15 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
@@ -57,7 +61,8 @@ func start(t *testing.T, nodes []*corev1.Node, networks map[*v1.Network][]v1.Net
 	return startResync(t, time.Hour, nodes, networks)
 }
 
-func startResync(t *testing.T, resync time.Duration, nodes []*corev1.Node, networks map[*v1.Network][]v1.NetworkNodeStatus) *fixture {
+func startResync(t *testing.T, resync time.Duration, nodes []*corev1.Node, networks map[*v1.Network][]v1.NetworkNodeStatus,
+	configure ...func(*Controller, *kubefake.Clientset)) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	client := fake.NewClientset()
@@ -82,6 +87,9 @@ func startResync(t *testing.T, resync time.Duration, nodes []*corev1.Node, netwo
 	loop, err := New(client, nodeFactory.Core().V1().Nodes(), resync)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, c := range configure {
+		c(loop, kube)
 	}
 	nodeFactory.Start(ctx.Done())
 	done := make(chan error, 1)
@@ -231,6 +239,63 @@ func TestResyncMarksAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.eventually("node-2's entry marked again", "web", func(n *v1.Network) bool { return sameEntry(entries(n)["node-2"], want) })
+}
+
+// TestDeletedNodeKeptWhileAgentHoldsLease: a Node deleted while its agent holds its Lease keeps
+// its entries that report leases (or do not say), marked NodeDeleted; an entry reporting no
+// leases goes at once; once the Lease expires the kept entries go too.
+func TestDeletedNodeKeptWhileAgentHoldsLease(t *testing.T) {
+	ctx := context.Background()
+	clock := testingclock.NewFakeClock(time.Now())
+	web := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web", Generation: 1}}
+	idle := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "idle", Generation: 1}}
+	unknown := &v1.Network{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "unknown", Generation: 1}}
+	withLeases := func(e v1.NetworkNodeStatus, n int32) v1.NetworkNodeStatus { e.Leases = &n; return e }
+	f := startResync(t, time.Hour, []*corev1.Node{node("node-1", corev1.ConditionTrue, "KubeletReady"), node("node-2", corev1.ConditionTrue, "KubeletReady")},
+		map[*v1.Network][]v1.NetworkNodeStatus{
+			web:     {withLeases(entry("node-1", 0), 0), withLeases(entry("node-2", 1), 2)},
+			idle:    {withLeases(entry("node-2", 0), 0)},
+			unknown: {entry("node-2", 1)},
+		},
+		func(c *Controller, kube *kubefake.Clientset) {
+			renewed := metav1.NewMicroTime(clock.Now())
+			if _, err := kube.CoordinationV1().Leases("agents").Create(ctx, &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "agents", Name: nodestatus.LeaseName("node-2")},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-2"), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &renewed},
+			}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			c.WithAgentLeases(kube, "agents", 20*time.Millisecond)
+			c.clock = clock
+		})
+	// The informer must have seen node-2 to see its deletion.
+	if !cache.WaitForCacheSync(ctx.Done(), f.loop.synced) {
+		t.Fatal("the Node informer did not sync")
+	}
+	if err := f.kube.CoreV1().Nodes().Delete(ctx, "node-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("idle's node-2 entry (no leases) removed", "idle", func(n *v1.Network) bool { return len(n.Status.Nodes) == 0 })
+	wantWeb := nodestatus.MarkNodeDeleted(withLeases(entry("node-2", 1), 2))
+	n := f.eventually("web's node-2 entry marked NodeDeleted", "web", func(n *v1.Network) bool { return sameEntry(entries(n)["node-2"], wantWeb) })
+	if e := entries(n); !sameEntry(e["node-1"], withLeases(entry("node-1", 0), 0)) || len(e) != 2 {
+		t.Errorf("web's entries: %+v", n.Status.Nodes)
+	}
+	f.eventually("unknown's node-2 entry (leases not said) marked NodeDeleted", "unknown", func(n *v1.Network) bool {
+		return sameEntry(entries(n)["node-2"], nodestatus.MarkNodeDeleted(entry("node-2", 1)))
+	})
+	// Still held: passes keep the entries.
+	if err := f.loop.passOver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.client.SamplecrdV1().Networks("team").Get(ctx, "web", metav1.GetOptions{}); err != nil || !sameEntry(entries(n)["node-2"], wantWeb) {
+		t.Fatalf("web's node-2 entry while the Lease is held: %+v %v", n, err)
+	}
+	// The agent stops renewing: once the Lease has expired, the entries go.
+	clock.Step(41 * time.Second)
+	for _, name := range []string{"web", "unknown"} {
+		f.eventually(name+"'s node-2 entry removed after the Lease expired", name, func(n *v1.Network) bool { _, has := entries(n)["node-2"]; return !has })
+	}
 }
 
 // sameEntry compares node entries, which hold slices since issue 23 and so cannot be compared with ==.

@@ -41,9 +41,9 @@ func NodeReadiness(node *corev1.Node) (ready bool, why string) {
 	return false, "no Ready condition"
 }
 
-// TrimNode is an informer transform that keeps of a Node only what readiness needs: its name,
-// identity and Ready condition. Nodes are large (images, addresses, capacity), and every
-// network-apiserver replica holds all of them.
+// TrimNode is an informer transform that keeps of a Node only what readiness and Networks'
+// spec.nodeSelector need: its name, identity, labels and Ready condition. Nodes are large
+// (images, addresses, capacity), and every network-apiserver replica holds all of them.
 func TrimNode(obj interface{}) (interface{}, error) {
 	node, ok := obj.(*corev1.Node)
 	if !ok {
@@ -52,6 +52,7 @@ func TrimNode(obj interface{}) (interface{}, error) {
 	trimmed := &corev1.Node{ObjectMeta: metav1.ObjectMeta{
 		Name: node.Name, UID: node.UID, ResourceVersion: node.ResourceVersion,
 		CreationTimestamp: node.CreationTimestamp, DeletionTimestamp: node.DeletionTimestamp,
+		Labels: node.Labels,
 	}}
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {

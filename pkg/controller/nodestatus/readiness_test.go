@@ -53,7 +53,7 @@ func TestTrimNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	trimmed := got.(*corev1.Node)
-	if trimmed.Name != "n" || trimmed.ResourceVersion != "7" || trimmed.Labels != nil || trimmed.Status.Images != nil ||
+	if trimmed.Name != "n" || trimmed.ResourceVersion != "7" || trimmed.Labels["a"] != "b" || trimmed.Status.Images != nil ||
 		len(trimmed.Status.Conditions) != 1 || trimmed.Status.Conditions[0].Type != corev1.NodeReady {
 		t.Errorf("trimmed: %+v", trimmed)
 	}

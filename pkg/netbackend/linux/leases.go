@@ -91,3 +91,7 @@ func (b *Backend) leaseDirKeys() ([]string, error) {
 	}
 	return keys, nil
 }
+
+// LeaseHolder returns the container ID that holds ip in key's network, "" when none (the
+// network controller names it in an AddressConflict).
+func (b *Backend) LeaseHolder(key string, ip netip.Addr) string { return b.leaseHolder(key, ip) }

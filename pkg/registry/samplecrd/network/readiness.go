@@ -36,6 +36,9 @@ const (
 	// ReasonMTUMismatch: the nodes report different MTUs for the Network's segment (derived by
 	// the server from the entries' mtu).
 	ReasonMTUMismatch = "MTUMismatch"
+	// ReasonNotSelected is a node entry's reason while the node drains a Network whose
+	// spec.nodeSelector no longer selects it (and the condition's when only such nodes report).
+	ReasonNotSelected = "NotSelected"
 )
 
 // deriveReadiness sets status.observedGeneration and the Ready condition from the node entries,
@@ -44,6 +47,24 @@ const (
 func deriveReadiness(n *samplecrd.Network) {
 	nodes := n.Status.Nodes
 	if len(nodes) == 0 {
+		return
+	}
+	// A node draining the Network because spec.nodeSelector no longer selects it says
+	// ready: false, but that is no failure of the Network: it is counted apart.
+	var draining []string
+	nodes = slices.DeleteFunc(slices.Clone(nodes), func(node samplecrd.NetworkNodeStatus) bool {
+		if node.Reason == ReasonNotSelected {
+			draining = append(draining, node.NodeName)
+			return true
+		}
+		return false
+	})
+	slices.Sort(draining)
+	if len(nodes) == 0 {
+		n.Status.ObservedGeneration = n.Generation
+		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{Type: samplecrd.ConditionReady,
+			ObservedGeneration: n.Generation, Status: metav1.ConditionFalse, Reason: ReasonNotSelected,
+			Message: "spec.nodeSelector selects none of the nodes reporting; draining on " + strings.Join(draining, ", ")})
 		return
 	}
 	observed := nodes[0].ObservedGeneration
@@ -93,6 +114,9 @@ func deriveReadiness(n *samplecrd.Network) {
 	default:
 		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonRealized
 		cond.Message = fmt.Sprintf("realised on %d node(s)", len(nodes))
+	}
+	if len(draining) > 0 {
+		cond.Message += fmt.Sprintf("; draining on %s (not selected by spec.nodeSelector)", strings.Join(draining, ", "))
 	}
 	meta.SetStatusCondition(&n.Status.Conditions, cond)
 }

@@ -46,6 +46,10 @@ func TestDeriveReadiness(t *testing.T) {
 			status: metav1.ConditionFalse, reason: ReasonMTUMismatch, msgHas: "1450 on a; 1500 on b", observedGen: 3},
 		"same MTU, one unknown": {nodes: []samplecrd.NetworkNodeStatus{{NodeName: "a", Ready: true, ObservedGeneration: 3, MTU: 1450},
 			{NodeName: "b", Ready: true, ObservedGeneration: 3}}, status: metav1.ConditionTrue, reason: ReasonRealized, msgHas: "2 node", observedGen: 3},
+		"a draining node is no failure": {nodes: []samplecrd.NetworkNodeStatus{node("a", true, 3, "", ""), node("c", false, 3, ReasonNotSelected, "not selected")},
+			status: metav1.ConditionTrue, reason: ReasonRealized, msgHas: "realised on 1 node(s); draining on c", observedGen: 3},
+		"only draining nodes": {nodes: []samplecrd.NetworkNodeStatus{node("c", false, 2, ReasonNotSelected, "not selected")},
+			status: metav1.ConditionFalse, reason: ReasonNotSelected, msgHas: "draining on c", observedGen: 3},
 		"one failed wins with its reason": {nodes: []samplecrd.NetworkNodeStatus{node("b", true, 2, "", ""), node("a", false, 3, "InterfaceNotOurs", "nwabc is a dummy")},
 			status: metav1.ConditionFalse, reason: "InterfaceNotOurs", msgHas: "a: nwabc is a dummy", observedGen: 2},
 	} {

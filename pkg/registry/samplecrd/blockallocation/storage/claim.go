@@ -77,6 +77,9 @@ type ClaimREST struct {
 	// Networks and Objects are the codecs of Networks and of BlockAllocations.
 	Networks, Objects *networkstorage.EtcdCodec
 	Sizes             BlockSizes
+	// NodeLabels, when set, tells the labels of Nodes: a claim for a node the Network's
+	// spec.nodeSelector does not select is refused (see checkSelected).
+	NodeLabels NodeLabelsFunc
 }
 
 var (
@@ -122,7 +125,15 @@ func (r *ClaimREST) Create(ctx context.Context, name string, obj runtime.Object,
 	netKey := r.Networks.KeyPrefix() + ns + "/" + name
 	objName := blockallocation.Name(name, claim.NodeName)
 	objKey := r.Objects.KeyPrefix() + ns + "/" + objName
+	cover := len(claim.Cover) > 0
 	for range maxClaimAttempts {
+		if cover {
+			out, err := r.coverOnce(ctx, ns, name, netKey, objName, objKey, claim.NodeName, claim.Cover, dryrun.IsDryRun(options.DryRun))
+			if errors.Is(err, errNetworkChanged) || errors.Is(err, errNodeChanged) || errors.As(err, new(*allocator.OverlapError)) {
+				continue
+			}
+			return out, err
+		}
 		out, err := r.claimOnce(ctx, ns, name, netKey, objName, objKey, claim.NodeName, dryrun.IsDryRun(options.DryRun))
 		if errors.Is(err, errNetworkChanged) || errors.Is(err, errNodeChanged) || errors.As(err, new(*allocator.OverlapError)) {
 			continue // read again, pick again
@@ -146,9 +157,15 @@ func validateClaim(claim *samplecrd.BlockClaim, network string) field.ErrorList 
 			errs = append(errs, field.Invalid(nodePath, claim.NodeName, msg))
 		}
 	}
-	if len(claim.Cover) > 0 {
-		// The upgrade from whole-prefix leases (design §6) is another step of issue 23.
-		errs = append(errs, field.Forbidden(field.NewPath("cover"), "covering existing leases is not supported by this server yet"))
+	coverPath := field.NewPath("cover")
+	if len(claim.Cover) > maxCover {
+		errs = append(errs, field.TooMany(coverPath, len(claim.Cover), maxCover))
+	} else {
+		for i, c := range claim.Cover {
+			if a, err := netip.ParseAddr(c); err != nil || a.Zone() != "" || a.Is4In6() || a.String() != c {
+				errs = append(errs, field.Invalid(coverPath.Index(i), c, "must be an IPv4 or IPv6 address in canonical form"))
+			}
+		}
 	}
 	return errs
 }
@@ -249,33 +266,21 @@ func (r *ClaimREST) claimOnce(ctx context.Context, ns, name, netKey, objName, ob
 	if err != nil {
 		return nil, err
 	}
-	n, createRevision, prefix := sn.Network, sn.createRevision, sn.prefix
+	n, prefix := sn.Network, sn.prefix
+	if err := r.checkSelected(n, node); err != nil {
+		return nil, err
+	}
 	if !dryRun {
 		if err := r.ensureGateway(ctx, sn, netKey); err != nil {
 			return nil, err
 		}
 	}
-	current := &samplecrd.BlockAllocation{}
-	var objModRevision int64
-	kv, err := r.Blocks.Get(ctx, objKey)
+	if legacy := legacyNodes(n, node); len(legacy) > 0 {
+		return nil, waitingForUpgrade(name, prefix, node, legacy)
+	}
+	current, objModRevision, err := r.nodeObject(ctx, ns, name, objName, objKey, node, n)
 	if err != nil {
-		return nil, networkstorage.StorageError(err)
-	}
-	if kv != nil {
-		if err := r.Objects.DecodeInto(ctx, kv, current); err != nil {
-			return nil, err
-		}
-		objModRevision = kv.ModRevision
-	}
-	if current.NetworkUID != string(n.UID) {
-		// None yet, or left over from an earlier Network of this name (its keys are in that
-		// Network's scope, which the verifier removes): start afresh.
-		current = &samplecrd.BlockAllocation{ObjectMeta: metav1.ObjectMeta{Name: objName, Namespace: ns, UID: uuid.NewUUID(),
-			CreationTimestamp: metav1.Now()}, Network: name, NetworkUID: string(n.UID), NodeName: node}
-	}
-	if current.NodeName != node {
-		return nil, apierrors.NewConflict(samplecrd.Resource("networks/blockclaims"), name,
-			fmt.Errorf("block allocation %s belongs to node %s, whose name hashes like %s's", objName, current.NodeName, node))
+		return nil, err
 	}
 	if len(current.Blocks) >= r.Sizes.MaxPerNode {
 		return nil, exhausted(name, fmt.Sprintf("%s: node %s holds %d blocks, the most one node may hold (--max-blocks-per-node)",
@@ -293,10 +298,47 @@ func (r *ClaimREST) claimOnce(ctx context.Context, ns, name, netKey, objName, ob
 	if dryRun {
 		return current, nil
 	}
+	out, _, err := r.commit(ctx, sn, netKey, objKey, objModRevision, current, block)
+	return out, err
+}
+
+// nodeObject reads the node's BlockAllocation of Network n and its ModRevision (0: none yet).
+func (r *ClaimREST) nodeObject(ctx context.Context, ns, name, objName, objKey, node string, n *samplecrd.Network) (*samplecrd.BlockAllocation, int64, error) {
+	current := &samplecrd.BlockAllocation{}
+	var objModRevision int64
+	kv, err := r.Blocks.Get(ctx, objKey)
+	if err != nil {
+		return nil, 0, networkstorage.StorageError(err)
+	}
+	if kv != nil {
+		if err := r.Objects.DecodeInto(ctx, kv, current); err != nil {
+			return nil, 0, err
+		}
+		objModRevision = kv.ModRevision
+	}
+	if current.NetworkUID != string(n.UID) {
+		// None yet, or left over from an earlier Network of this name (its keys are in that
+		// Network's scope, which the verifier removes): start afresh.
+		current = &samplecrd.BlockAllocation{ObjectMeta: metav1.ObjectMeta{Name: objName, Namespace: ns, UID: uuid.NewUUID(),
+			CreationTimestamp: metav1.Now()}, Network: name, NetworkUID: string(n.UID), NodeName: node}
+	}
+	if current.NodeName != node {
+		return nil, 0, apierrors.NewConflict(samplecrd.Resource("networks/blockclaims"), name,
+			fmt.Errorf("block allocation %s belongs to node %s, whose name hashes like %s's", objName, current.NodeName, node))
+	}
+	return current, objModRevision, nil
+}
+
+// commit writes current (whose last block is block, new) and block's key in one transaction
+// guarded by the Network's incarnation and the node object's ModRevision as read. It returns
+// the object as stored and its new ModRevision.
+func (r *ClaimREST) commit(ctx context.Context, sn storedNetwork, netKey, objKey string, objModRevision int64,
+	current *samplecrd.BlockAllocation, block netip.Prefix) (*samplecrd.BlockAllocation, int64, error) {
+	n, createRevision, prefix, ns, name, node := sn.Network, sn.createRevision, sn.prefix, current.Namespace, current.Network, current.NodeName
 	current.ResourceVersion = ""
 	data, stored, err := r.Objects.Encode(ctx, objKey, current)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	al := allocator.Allocation{Scope: string(n.UID), Prefix: block, Owner: allocator.Owner{Namespace: ns, Name: name, UID: string(n.UID)},
 		Node: node, Role: allocator.RoleBlock, Within: prefix}
@@ -320,15 +362,15 @@ func (r *ClaimREST) claimOnce(ctx context.Context, ns, name, netKey, objName, ob
 		clientv3.OpPut(objKey, stored))
 	if err != nil {
 		if errors.Is(err, errNetworkChanged) || errors.Is(err, errNodeChanged) || errors.As(err, new(*allocator.OverlapError)) {
-			return nil, err
+			return nil, 0, err
 		}
-		return nil, networkstorage.StorageError(err)
+		return nil, 0, networkstorage.StorageError(err)
 	}
 	out := &samplecrd.BlockAllocation{}
 	if err := r.Objects.DecodeData(data, out, rev); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return out, nil
+	return out, rev, nil
 }
 
 // pick returns a free block of prefix: of the preferred size if one is left, else of the next
