@@ -21,12 +21,15 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
@@ -212,5 +215,72 @@ func testSegmentSourceFilter(t *testing.T, v6 bool) {
 	}
 	if _, err := c.ListTableOfFamily(tbl.Name, tbl.Family); !errors.Is(err, unix.ENOENT) {
 		t.Errorf("table inet %s after Remove: %v, want none", tbl.Name, err)
+	}
+}
+
+// nftIn runs nft with args in ns (another process: Watch skips this process's own changes).
+func nftIn(t *testing.T, ns *testNS, args ...string) {
+	t.Helper()
+	out, err := exec.Command("ip", append([]string{"netns", "exec", ns.name, "nft"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft %s in %s: %v\n%s", strings.Join(args, " "), ns.name, err, out)
+	}
+}
+
+// TestSegmentFilterWatch: Watch names the Network when another process deletes its source
+// filter's table, deletes its rule, or flushes the whole ruleset (as a firewall service's
+// reload does), and the next Ensure puts the filters back; the backend's own rewrite of the
+// filter (a peer leaving) is not reported back.
+func TestSegmentFilterWatch(t *testing.T) {
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("no nft binary to change the rules from another process")
+	}
+	nodes := newSegmentNodes(t, 2, false)
+	e := nodes[0].testEnv
+	d := desiredOn(desired4("default/nftwatch"), nodes, 0, 88)
+	e.ensure(d)
+	table := filterTableName(d.Key)
+	// Settled: the bridge is operationally up once its VXLAN port has carrier, which the kernel
+	// reports as a change of the bridge a moment after Ensure.
+	deadline := time.Now().Add(5 * time.Second)
+	for e.ns.link(t, netbackend.BridgeName(d.Key)).Attrs().OperState != netlink.OperUp {
+		if time.Now().After(deadline) {
+			t.Fatal("the bridge did not become operationally up within 5s")
+		}
+		time.Sleep(20 * time.Millisecond) // polling the kernel's state
+	}
+	w := e.startWatch(e.b)
+	defer w.stop(t)
+
+	less := d
+	less.Segment = &netbackend.Segment{VNI: 88, UnderlayAddress: nodes[0].underlay, UnderlayLink: "ul"}
+	if changes := e.ensure(less); len(changes) == 0 {
+		t.Fatal("Ensure without the peer changed nothing")
+	}
+	w.expectNone(t, d.Key, 300*time.Millisecond, "the backend's own rewrite of the source filter")
+
+	nftIn(t, e.ns, "delete", "table", "inet", table)
+	w.expect(t, d.Key, "source filter table deleted by another process")
+	if a, err := e.b.Observe(context.Background(), d.Key); err != nil || a.Segment == nil || a.Segment.SourceFilter {
+		t.Fatalf("Observe after the table was deleted: %+v, %v", a, err)
+	}
+	if changes := e.ensure(less); len(changes) != 1 || !strings.HasPrefix(changes[0], "set the source filter of ") {
+		t.Errorf("Ensure after the table was deleted: %q, want the filter back", changes)
+	}
+
+	nftIn(t, e.ns, "flush", "chain", "inet", table, sourceChainName)
+	w.expect(t, d.Key, "source filter rule deleted by another process")
+	e.ensure(less)
+
+	nftIn(t, e.ns, "flush", "ruleset")
+	w.expect(t, d.Key, "ruleset flushed by another process")
+	changes := e.ensure(less)
+	for _, want := range []string{"set the gateway filter of ", "set the source filter of "} {
+		if !slices.ContainsFunc(changes, func(c string) bool { return strings.HasPrefix(c, want) }) {
+			t.Errorf("Ensure after the ruleset was flushed: %q, want %q…", changes, want)
+		}
+	}
+	if a, err := e.b.Observe(context.Background(), d.Key); err != nil || a.Segment == nil || !a.Segment.SourceFilter || !a.Segment.GatewayFilter {
+		t.Errorf("Observe after the repair: %+v, %v; want both filters", a.Segment, err)
 	}
 }
