@@ -105,6 +105,12 @@ type SegmentState struct {
 	Peers []netip.Addr
 	// GatewayFilter: the rules that keep the gateway's ARP and ND off the segment are in place.
 	GatewayFilter bool
+	// SourceFilter: the rule that drops the VNI's VXLAN packets from any source but Sources is
+	// in place.
+	SourceFilter bool
+	// Sources are the underlay addresses the node accepts the segment's packets from, sorted
+	// (the peers, once in sync).
+	Sources []netip.Addr
 }
 
 // DefaultMTU is the bridge MTU when a Network does not ask for another.

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -245,6 +246,22 @@ func (p *pinger) firstAnswered() (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// lastAnswered returns when the last answered ping was sent, and the next ping after it.
+func (p *pinger) lastAnswered() (time.Time, time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for seq := len(p.sent) - 1; seq >= 0; seq-- {
+		if p.reply[seq&0xffff] {
+			var next time.Time
+			if seq+1 < len(p.sent) {
+				next = p.sent[seq+1]
+			}
+			return p.sent[seq], next, true
+		}
+	}
+	return time.Time{}, time.Time{}, false
+}
+
 // podPair is a ping from one pod to another; affected marks the pairs a fault may interrupt.
 type podPair struct {
 	src, dst *mnPod
@@ -387,6 +404,14 @@ func stopPairs(pairs []*podPair) {
 	}
 }
 
+// signedMS is fmtMS with a sign.
+func signedMS(d time.Duration) string {
+	if d < 0 {
+		return "-" + fmtMS(-d)
+	}
+	return "+" + fmtMS(d)
+}
+
 func fmtMS(d time.Duration) string {
 	if d < 10*time.Millisecond {
 		return d.Round(10 * time.Microsecond).String()
@@ -433,6 +458,60 @@ func (n *mnNode) hasPeers(key string, exact bool, want ...netip.Addr) bool {
 		}
 	}
 	return !exact || len(have) == len(want)
+}
+
+// fdbDsts returns the destinations of every entry (flood and learnt) of key's VXLAN device.
+func (n *mnNode) fdbDsts(key string) []netip.Addr {
+	n.t.Helper()
+	link, err := n.ns.Netlink.LinkByName(netbackend.SegmentDeviceName(key))
+	if err != nil {
+		return nil
+	}
+	entries, err := n.ns.Netlink.NeighList(link.Attrs().Index, unix.AF_BRIDGE)
+	if err != nil {
+		n.t.Fatalf("FDB of %s on %s: %v", link.Attrs().Name, n.name, err)
+	}
+	var out []netip.Addr
+	for _, e := range entries {
+		if e.Flags&unix.NTF_SELF != 0 && e.IP != nil {
+			a, _ := netip.AddrFromSlice(e.IP)
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+// sources returns the underlay addresses the node's source filter of key admits (the set
+// "peers" of nftables table inet samplecrd-<bridge>), sorted; nil without one.
+func (n *mnNode) sources(key string) []netip.Addr {
+	n.t.Helper()
+	c, err := nftables.New(nftables.WithNetNSFd(int(n.ns.Handle)))
+	if err != nil {
+		n.t.Fatalf("nftables in %s: %v", n.name, err)
+	}
+	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: "samplecrd-" + netbackend.BridgeName(key)}
+	set, err := c.GetSetByName(t, "peers")
+	if err != nil {
+		return nil
+	}
+	elems, err := c.GetSetElements(set)
+	if err != nil {
+		return nil
+	}
+	out := []netip.Addr{}
+	for _, e := range elems {
+		a, _ := netip.AddrFromSlice(e.Key)
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// admits tells whether the node's source filter of key admits exactly want.
+func (n *mnNode) admits(key string, want ...netip.Addr) bool {
+	want = slices.Clone(want)
+	slices.SortFunc(want, netip.Addr.Compare)
+	return slices.Equal(n.sources(key), want)
 }
 
 func TestMultiNodeFaults(t *testing.T) {
@@ -575,8 +654,11 @@ func TestMultiNodeFaults(t *testing.T) {
 	c.waitSegment(name, c.nodes...)
 
 	// 5. n3 removed: its agent stopped, its entry removed through the API. The others keep
-	// pinging each other without a loss and drop n3 from their flood lists (and what they
-	// learnt behind it), so n3's pod is out of the segment: n1's pings to it go unanswered.
+	// pinging each other without a loss, refuse n3's VXLAN packets and drop it from their flood
+	// lists (and what they learnt behind it), so n3's pod is out of the segment: n1's pings to
+	// it go unanswered, and so do its pings to n1's pod although n3's segment is untouched (its
+	// agent is only stopped) and still sends to n1: n1's source filter drops them, where the
+	// VXLAN device alone would take them, learn n3's pod behind n3 and answer.
 	var rest []*mnPod
 	for _, p := range pods {
 		if p.node != n3 {
@@ -584,13 +666,16 @@ func TestMultiNodeFaults(t *testing.T) {
 		}
 	}
 	out := &podPair{src: pods[0], dst: pods[2]}
+	back := &podPair{src: pods[2], dst: pods[0]}
 	var removedAt time.Time
 	row = measureFault(t, "n3 removed (agent stopped, entry removed via the API)", crossPairs(rest), func() string {
-		out.pg = startPing(t, out.String(), out.src.ns.Path, out.dst.ip, pingInterval)
+		for _, p := range []*podPair{out, back} {
+			p.pg = startPing(t, p.String(), p.src.ns.Path, p.dst.ip, pingInterval)
+		}
 		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			return out.pg.answering(5, time.Time{}), nil
+			return out.pg.answering(5, time.Time{}) && back.pg.answering(5, time.Time{}), nil
 		}); err != nil {
-			t.Fatalf("%s never answered before the removal", out)
+			t.Fatalf("%s or %s never answered before the removal", out, back)
 		}
 		n3.stopAgent()
 		removedAt = time.Now()
@@ -615,25 +700,33 @@ func TestMultiNodeFaults(t *testing.T) {
 		if err != nil {
 			t.Fatalf("removing n3's entry: %v", err)
 		}
-		took := pollFast(t, "n3 gone from the flood lists of n1, n2, n4", removedAt, func() bool {
+		took := pollFast(t, "n3 gone from the source filters and flood lists of n1, n2, n4", removedAt, func() bool {
+			// The flood lists first (cheap to poll); each agent writes its source filter before.
 			return n1.hasPeers(key, true, n2.underlay, n4.underlay) && n2.hasPeers(key, true, n1.underlay, n4.underlay) &&
-				n4.hasPeers(key, true, n1.underlay, n2.underlay)
+				n4.hasPeers(key, true, n1.underlay, n2.underlay) &&
+				n1.admits(key, n2.underlay, n4.underlay) && n2.admits(key, n1.underlay, n4.underlay) && n4.admits(key, n1.underlay, n2.underlay)
 		})
-		return fmt.Sprintf("status update sent → n3 gone from the others' flood lists %s (the update's answer took %s)", fmtMS(took), fmtMS(removeTook))
+		return fmt.Sprintf("status update sent → n3 gone from the others' source filters and flood lists %s (the update's answer took %s)", fmtMS(took), fmtMS(removeTook))
 	})
-	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return out.pg.silent(10, removedAt), nil
-	}); err != nil {
-		t.Errorf("%s still answered after n3 left the segment", out)
+	for _, p := range []*podPair{out, back} {
+		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return p.pg.silent(10, removedAt), nil
+		}); err != nil {
+			t.Errorf("%s still answered after n3 left the segment", p)
+		}
 	}
-	row.note = fmt.Sprintf("%s after the removal: %s", out, out.pg.stop())
-	// Measured, not asserted (a limitation docs/controller.md names): n3 still has its segment
-	// (its agent is only stopped), and a VXLAN device accepts frames from any source, so what
-	// n3's pod sends still arrives, is learnt, and is answered until the others' next sync
-	// removes the learnt entries again.
-	back := startPing(t, "n3 -> n1 after the removal", pods[2].ns.Path, pods[0].ip, pingInterval)
-	time.Sleep(2 * time.Second) // the measurement's length
-	row.note += fmt.Sprintf("; n3 -> n1 after the removal (not a fault of the test): %s", back.stop())
+	// Where n3's pod was cut off: its last answered ping and the next one, by when they were
+	// sent relative to the status update (negative: before it).
+	cut := "none answered"
+	if at, next, ok := back.pg.lastAnswered(); ok {
+		cut = fmt.Sprintf("its last answered ping sent at %s, the next (unanswered) at %s, relative to the update being sent",
+			signedMS(at.Sub(removedAt)), signedMS(next.Sub(removedAt)))
+	}
+	if slices.Contains(n1.fdbDsts(key), n3.underlay) {
+		t.Errorf("n1's %s still sends to n3 (%s) after the removal: FDB %v", netbackend.SegmentDeviceName(key), n3.underlay, n1.fdbDsts(key))
+	}
+	row.note = fmt.Sprintf("%s after the removal: %s; %s after the removal: %s, %s", out, out.pg.stop(), back, back.pg.stop(), cut)
+	t.Logf("n3 removed: %s", row.note)
 	rows = append(rows, row)
 
 	var b strings.Builder

@@ -117,9 +117,14 @@ func (b *Backend) List(context.Context) ([]string, error) {
 	keys = append(keys, confKeys...)
 	b.mu.Lock()
 	filterKeys, err := b.filterKeys()
+	if err == nil || nftUnsupported(err) {
+		var sourceKeys []string
+		sourceKeys, err = b.sourceFilterKeys()
+		filterKeys = append(filterKeys, sourceKeys...)
+	}
 	b.mu.Unlock()
 	if err != nil && !nftUnsupported(err) {
-		return nil, fail(err, "listing our nftables tables (bridge %s*)", filterTablePrefix)
+		return nil, fail(err, "listing our nftables tables (bridge and inet %s*)", filterTablePrefix)
 	}
 	keys = append(keys, filterKeys...)
 	leaseKeys, err := b.leaseDirKeys()

@@ -219,8 +219,9 @@ func TestSegmentDevice(t *testing.T) {
 	}
 	d.Segment.Peers = d.Segment.Peers[:1]
 	changes := e.ensure(d)
-	if !slices.Equal(changes, []string{"removed peer 192.168.77.9 from " + name}) {
-		t.Errorf("changes %q, want the peer removed", changes)
+	if want := []string{"set the source filter of " + name + " in nftables table inet " + filterTableName(d.Key) + ": VNI 4242 accepted from [192.168.77.2] only",
+		"removed peer 192.168.77.9 from " + name}; !slices.Equal(changes, want) {
+		t.Errorf("changes %q, want %q: the peer refused, then removed", changes, want)
 	}
 	if got, want := e.fdb(t, d.Key), []string{"00:00:00:00:00:00 192.168.77.2", "02:00:00:00:00:02 192.168.77.2"}; !slices.Equal(got, want) {
 		t.Errorf("FDB after the peer left %q, want %q", got, want)

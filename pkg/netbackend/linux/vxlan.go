@@ -112,6 +112,13 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 		if removed {
 			changes = append(changes, fmt.Sprintf("removed the gateway filter of %s", name))
 		}
+		removed, err = b.removeSourceFilter(d.Key)
+		if err != nil && !nftUnsupported(err) {
+			return changes, err
+		}
+		if removed {
+			changes = append(changes, fmt.Sprintf("removed the source filter of %s", name))
+		}
 		if link != nil {
 			if err := b.h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 				return nil, fail(err, "deleting VXLAN device %s of network %s", name, d.Key)
@@ -127,6 +134,13 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 	}
 	// Before the device can carry anything: the gateway stays local.
 	filterChanges, err := b.ensureGatewayFilter(d.Key, mac, d.Gateway)
+	changes = append(changes, filterChanges...)
+	if err != nil {
+		return changes, err
+	}
+	// And only the peers are on the segment: written before the flood list changes (see
+	// sourcefilter.go), so that a peer leaving is refused before what was learnt behind it goes.
+	filterChanges, err = b.ensureSourceFilter(d.Key, s)
 	changes = append(changes, filterChanges...)
 	if err != nil {
 		return changes, err
@@ -293,12 +307,19 @@ func (b *Backend) segmentState(key string, bridgeIndex int) (*netbackend.Segment
 		return nil, err
 	}
 	st.GatewayFilter = rules > 0
+	st.SourceFilter, st.Sources, err = b.observeSourceFilter(key, st.VNI, st.Local.Is6())
+	if err != nil && !nftUnsupported(err) {
+		return nil, err
+	}
 	return st, nil
 }
 
-// removeSegment deletes key's VXLAN device if it is ours, and its gateway filter.
+// removeSegment deletes key's VXLAN device if it is ours, and its gateway and source filters.
 func (b *Backend) removeSegment(key string) error {
 	if _, err := b.removeGatewayFilter(key); err != nil && !nftUnsupported(err) {
+		return err
+	}
+	if _, err := b.removeSourceFilter(key); err != nil && !nftUnsupported(err) {
 		return err
 	}
 	name := netbackend.SegmentDeviceName(key)

@@ -39,7 +39,8 @@ const (
 //     that a bridge deleted by hand, or a foreign interface taking its name, is noticed;
 //   - a link attached to one of our bridges (a pod's veth), or a remembered port of one of our
 //     bridges detached or deleted;
-//   - an address added to or removed from one of our bridges.
+//   - an address added to or removed from one of our bridges;
+//   - one of our nftables tables changed by another process (nftwatch.go).
 //
 // When a subscription fails or ends (for example when the socket's buffer overflowed and
 // notifications were lost), Watch subscribes again with backoff and then notifies every key it
@@ -50,6 +51,20 @@ func (b *Backend) Watch(ctx context.Context, notify func(key string)) error {
 	if err := b.learn(); err != nil {
 		logger.V(2).Info("Listing links before watching failed; bridges not seen yet are recognised by their alias only", "err", err)
 	}
+	// Our nftables tables are watched alongside, for as long as Watch runs; the monitor is
+	// open (or failed once) before the links are subscribed.
+	nftKeys := make(chan string, 256)
+	nftCtx, stopNFT := context.WithCancel(ctx)
+	nftDone, nftOpened := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(nftDone)
+		b.watchNFT(nftCtx, logger, nftKeys, nftOpened)
+	}()
+	defer func() {
+		stopNFT()
+		<-nftDone
+	}()
+	<-nftOpened
 	backoff := resubscribeMin
 	for attempt := 0; ; attempt++ {
 		if ctx.Err() != nil {
@@ -81,7 +96,7 @@ func (b *Backend) Watch(ctx context.Context, notify func(key string)) error {
 				notify(key)
 			}
 		}
-		b.pump(ctx, linkCh, addrCh, notify)
+		b.pump(ctx, linkCh, addrCh, nftKeys, notify)
 		close(done)
 		// The subscription goroutines end (closing their channel) once their socket is
 		// closed; until then they may be blocked sending to us.
@@ -119,11 +134,13 @@ func (b *Backend) netlinkSubscribe(linkCh chan netlink.LinkUpdate, addrCh chan n
 }
 
 // pump handles notifications until ctx is done or a subscription ends.
-func (b *Backend) pump(ctx context.Context, linkCh <-chan netlink.LinkUpdate, addrCh <-chan netlink.AddrUpdate, notify func(string)) {
+func (b *Backend) pump(ctx context.Context, linkCh <-chan netlink.LinkUpdate, addrCh <-chan netlink.AddrUpdate, nftKeys <-chan string, notify func(string)) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case key := <-nftKeys:
+			notify(key)
 		case u, ok := <-linkCh:
 			if !ok {
 				return
