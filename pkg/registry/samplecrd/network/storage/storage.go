@@ -24,8 +24,10 @@ import (
 	"errors"
 	"strconv"
 
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
@@ -54,6 +56,8 @@ type REST struct {
 // StatusREST is the storage of networks/status.
 type StatusREST struct {
 	store *genericregistry.Store
+	// main is the store of networks, which the protection write goes through.
+	main *genericregistry.Store
 	// nodeBlocks, when set, reads a node's BlockAllocation of a Network, so that an entry's
 	// status.nodes[].blocks is checked to be a subset of it.
 	nodeBlocks NodeBlocksFunc
@@ -102,7 +106,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, al
 	statusStore.UpdateStrategy = statusStrategy
 	statusStore.ResetFieldsStrategy = statusStrategy
 	s.Network = &REST{Store: store, allocations: allocations}
-	s.Status = &StatusREST{store: &statusStore, nodeBlocks: allocations.NodeBlocks}
+	s.Status = &StatusREST{store: &statusStore, main: store, nodeBlocks: allocations.NodeBlocks}
 	return s, nil
 }
 
@@ -154,7 +158,48 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 		out, created, err = r.Store.Update(ctx, name, info, createValidation, updateValidation, forceAllowCreate, options)
 		return out, info.picked, err
 	})
+	if err != nil || dryrun.IsDryRun(options.DryRun) {
+		return out, created, err
+	}
+	out, err = protect(ctx, r.Store, out)
 	return out, created, err
+}
+
+// Delete deletes a Network. One that carries the protection finalizer and that no node reports
+// pods attached to is released at once, in the same request: it is gone when Delete returns.
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	out, deleted, err := r.Store.Delete(ctx, name, deleteValidation, options)
+	if err != nil || deleted || (options != nil && dryrun.IsDryRun(options.DryRun)) {
+		return out, deleted, err
+	}
+	out, err = protect(ctx, r.Store, out)
+	return out, released(out), err
+}
+
+// DeleteCollection deletes Networks (a namespace going, say), releasing each as Delete does.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions,
+	listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	out, err := r.Store.DeleteCollection(ctx, deleteValidation, options, listOptions)
+	if err != nil || (options != nil && dryrun.IsDryRun(options.DryRun)) {
+		return out, err
+	}
+	list, ok := out.(*samplecrd.NetworkList)
+	if !ok {
+		return out, nil
+	}
+	var errs []error
+	for i := range list.Items {
+		if list.Items[i].DeletionTimestamp == nil {
+			continue
+		}
+		n, err := protect(ctx, r.Store, &list.Items[i])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		list.Items[i] = *n.(*samplecrd.Network)
+	}
+	return list, utilerrors.NewAggregate(errs)
 }
 
 // creatingObjectInfo is the object an update writes. When the update creates the Network
@@ -212,7 +257,13 @@ func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.Updat
 	if r.nodeBlocks != nil {
 		objInfo = blocksChecker{UpdatedObjectInfo: objInfo, nodeBlocks: r.nodeBlocks}
 	}
-	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+	out, created, err := r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+	if err != nil || dryrun.IsDryRun(options.DryRun) {
+		return out, created, err
+	}
+	// A node's report of no attachments is what releases a Network being deleted.
+	out, err = protect(ctx, r.main, out)
+	return out, created, err
 }
 
 // GetResetFields returns the fields a status write resets, for server-side apply.

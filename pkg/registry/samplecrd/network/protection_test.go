@@ -1,0 +1,66 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package network
+
+import (
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+)
+
+func TestProtectionRule(t *testing.T) {
+	const other = "example.com/other"
+	now := metav1.Now()
+	entry := func(node string, attachments int32) samplecrd.NetworkNodeStatus {
+		return samplecrd.NetworkNodeStatus{NodeName: node, Attachments: attachments}
+	}
+	for _, tc := range []struct {
+		name       string
+		deleting   bool
+		finalizers []string
+		nodes      []samplecrd.NetworkNodeStatus
+		change     ProtectionChange
+		want       []string
+	}{
+		{"live, protected", false, []string{samplecrd.ProtectionFinalizer}, nil, ProtectionKept, []string{samplecrd.ProtectionFinalizer}},
+		{"live, unprotected (older server, admin)", false, []string{other}, nil, ProtectionAdded, []string{other, samplecrd.ProtectionFinalizer}},
+		{"live with pods", false, nil, []samplecrd.NetworkNodeStatus{entry("a", 2)}, ProtectionAdded, []string{samplecrd.ProtectionFinalizer}},
+		{"deleting, no entries", true, []string{samplecrd.ProtectionFinalizer}, nil, ProtectionReleased, nil},
+		{"deleting, entries report none", true, []string{other, samplecrd.ProtectionFinalizer},
+			[]samplecrd.NetworkNodeStatus{entry("a", 0), entry("b", 0)}, ProtectionReleased, []string{other}},
+		{"deleting, one node reports pods", true, []string{samplecrd.ProtectionFinalizer},
+			[]samplecrd.NetworkNodeStatus{entry("a", 0), entry("b", 1)}, ProtectionKept, []string{samplecrd.ProtectionFinalizer}},
+		{"deleting, stripped by an administrator: not put back", true, []string{other},
+			[]samplecrd.NetworkNodeStatus{entry("b", 5)}, ProtectionKept, []string{other}},
+	} {
+		input := slices.Clone(tc.finalizers)
+		n := &samplecrd.Network{ObjectMeta: metav1.ObjectMeta{Name: "web", Finalizers: input}}
+		n.Status.Nodes = tc.nodes
+		if tc.deleting {
+			n.DeletionTimestamp = &now
+		}
+		if got := Protection(n); got != tc.change || !slices.Equal(n.Finalizers, tc.want) {
+			t.Errorf("%s: %v with finalizers %v, want %v with %v", tc.name, got, n.Finalizers, tc.change, tc.want)
+		}
+		if !slices.Equal(input, tc.finalizers) {
+			t.Errorf("%s: changed the slice it was given in place: %v", tc.name, input)
+		}
+	}
+}
