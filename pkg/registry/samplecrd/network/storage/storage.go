@@ -24,11 +24,13 @@ import (
 	"errors"
 	"strconv"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -187,17 +189,25 @@ func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.Valid
 	if !ok {
 		return out, nil
 	}
+	// The list is what was listed before the deletes: each Network is read again as its delete
+	// left it.
 	var errs []error
 	for i := range list.Items {
-		if list.Items[i].DeletionTimestamp == nil {
+		item := &list.Items[i]
+		current, err := r.Store.Get(genericapirequest.WithNamespace(ctx, item.Namespace), item.Name, &metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
 			continue
 		}
-		n, err := protect(ctx, r.Store, &list.Items[i])
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		list.Items[i] = *n.(*samplecrd.Network)
+		if n, ok := current.(*samplecrd.Network); !ok || n.UID != item.UID || n.DeletionTimestamp == nil {
+			continue
+		}
+		if _, err := protect(ctx, r.Store, current); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return list, utilerrors.NewAggregate(errs)
 }
