@@ -17,10 +17,17 @@ limitations under the License.
 package network
 
 import (
+	"context"
 	"slices"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
+
+var _ rest.RESTGracefulDeleteStrategy = networkStrategy{}
 
 // ProtectionChange is what the server's protection rule does to a Network's finalizers.
 type ProtectionChange int
@@ -51,6 +58,27 @@ func Protection(n *samplecrd.Network) ProtectionChange {
 		return ProtectionReleased
 	}
 	return ProtectionKept
+}
+
+type releaseInDeleteKey struct{}
+
+// WithReleaseInDelete marks ctx for a delete in which a Network that no node reports pods on drops
+// samplecrd.ProtectionFinalizer, so that the delete removes it at once (one write). The caller
+// makes the delete conditional on the resourceVersion it saw the Network unattached at.
+func WithReleaseInDelete(ctx context.Context) context.Context {
+	return context.WithValue(ctx, releaseInDeleteKey{}, true)
+}
+
+// CheckGracefulDelete is called by the generic store's delete on the Network it is about to delete
+// or mark as being deleted (inside the storage's guarded update too). Networks are never deleted
+// gracefully, so it returns false; in a delete marked WithReleaseInDelete it drops the protection
+// finalizer from a Network that no node reports pods on, so that the delete goes through at once
+// when no other finalizer is left.
+func (networkStrategy) CheckGracefulDelete(ctx context.Context, obj runtime.Object, _ *metav1.DeleteOptions) bool {
+	if n, ok := obj.(*samplecrd.Network); ok && ctx.Value(releaseInDeleteKey{}) != nil && n.DeletionTimestamp == nil && !Attached(n) {
+		n.Finalizers = slices.DeleteFunc(slices.Clone(n.Finalizers), func(f string) bool { return f == samplecrd.ProtectionFinalizer })
+	}
+	return false
 }
 
 // Attached tells whether any node's entry reports pods attached to n.

@@ -17,6 +17,7 @@ limitations under the License.
 package network
 
 import (
+	"context"
 	"slices"
 	"testing"
 
@@ -61,6 +62,41 @@ func TestProtectionRule(t *testing.T) {
 		}
 		if !slices.Equal(input, tc.finalizers) {
 			t.Errorf("%s: changed the slice it was given in place: %v", tc.name, input)
+		}
+	}
+}
+
+// TestReleaseInDelete: only a delete marked WithReleaseInDelete drops the finalizer from a
+// Network it is about to delete, and only when no node reports pods; it never deletes gracefully.
+func TestReleaseInDelete(t *testing.T) {
+	s := networkStrategy{}
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name     string
+		marked   bool
+		deleting bool
+		attached int32
+		want     []string
+	}{
+		{"marked, unattached", true, false, 0, []string{"example.com/other"}},
+		{"not marked", false, false, 0, []string{samplecrd.ProtectionFinalizer, "example.com/other"}},
+		{"marked, a node reports pods", true, false, 1, []string{samplecrd.ProtectionFinalizer, "example.com/other"}},
+		{"marked, already being deleted", true, true, 0, []string{samplecrd.ProtectionFinalizer, "example.com/other"}},
+	} {
+		n := &samplecrd.Network{ObjectMeta: metav1.ObjectMeta{Name: "web", Finalizers: []string{samplecrd.ProtectionFinalizer, "example.com/other"}}}
+		n.Status.Nodes = []samplecrd.NetworkNodeStatus{{NodeName: "a", Attachments: tc.attached}}
+		if tc.deleting {
+			n.DeletionTimestamp = &now
+		}
+		ctx := context.Background()
+		if tc.marked {
+			ctx = WithReleaseInDelete(ctx)
+		}
+		if s.CheckGracefulDelete(ctx, n, &metav1.DeleteOptions{}) {
+			t.Errorf("%s: graceful", tc.name)
+		}
+		if !slices.Equal(n.Finalizers, tc.want) {
+			t.Errorf("%s: finalizers %v, want %v", tc.name, n.Finalizers, tc.want)
 		}
 	}
 }

@@ -22,6 +22,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -168,14 +169,39 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 }
 
 // Delete deletes a Network. One that carries the protection finalizer and that no node reports
-// pods attached to is released at once, in the same request: it is gone when Delete returns.
+// pods attached to is released in the delete itself, one write: the delete is made conditional on
+// the resourceVersion the Network was read unattached at, so a node reporting a pod in between
+// makes it conflict, and it is decided again (then the finalizer holds the Network).
 func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
-	out, deleted, err := r.Store.Delete(ctx, name, deleteValidation, options)
-	if err != nil || deleted || (options != nil && dryrun.IsDryRun(options.DryRun)) {
-		return out, deleted, err
+	for attempt := 1; ; attempt++ {
+		opts := &metav1.DeleteOptions{}
+		if options != nil {
+			opts = options.DeepCopy()
+		}
+		deleteCtx, guarded := ctx, false
+		if current, err := r.Store.Get(ctx, name, &metav1.GetOptions{}); err == nil {
+			if n, ok := current.(*samplecrd.Network); ok && n.DeletionTimestamp == nil && !network.Attached(n) &&
+				slices.Contains(n.Finalizers, samplecrd.ProtectionFinalizer) {
+				if opts.Preconditions == nil {
+					opts.Preconditions = &metav1.Preconditions{}
+				}
+				if opts.Preconditions.ResourceVersion == nil {
+					rv := n.ResourceVersion
+					opts.Preconditions.ResourceVersion, guarded = &rv, true
+				}
+				deleteCtx = network.WithReleaseInDelete(ctx)
+			}
+		}
+		out, deleted, err := r.Store.Delete(deleteCtx, name, deleteValidation, opts)
+		if guarded && apierrors.IsConflict(err) && attempt < protectionAttempts {
+			continue // written meanwhile: decide again
+		}
+		if err != nil || deleted || dryrun.IsDryRun(opts.DryRun) {
+			return out, deleted, err
+		}
+		out, err = protect(ctx, r.Store, out)
+		return out, released(out), err
 	}
-	out, err = protect(ctx, r.Store, out)
-	return out, released(out), err
 }
 
 // DeleteCollection deletes Networks (a namespace going, say), releasing each as Delete does.

@@ -1,0 +1,97 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package integration
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
+	"github.com/samplecrd/network-apiserver/test/integration/framework"
+)
+
+// TestProtectionWritesPerNode counts the writes of a Network from its create to Ready on every
+// node of three agents (each in a network namespace of its own), from a watch: each write is one
+// event. No agent writes the Network itself (its finalizers): the create carries the finalizer
+// and the nodes write only their entries. The counts are logged (issue 25 item 5 compares them).
+func TestProtectionWritesPerNode(t *testing.T) {
+	netnstest.RequireRoot(t)
+	s := framework.StartForTest(t)
+	client := versioned.NewForConfigOrDie(s.Config)
+	nodes := []string{"node-w1", "node-w2", "node-w3"}
+	for _, node := range nodes {
+		ns := netnstest.New(t, node)
+		o := agent.NewControllerOptions()
+		o.NodeName, o.BackendNetNS, o.CNIConfDir = node, ns.Path, t.TempDir()
+		o.ResyncPeriod, o.GCInterval = time.Hour, time.Hour
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- o.Run(ctx, s.Config, agent.Core{}) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	ctx := testContext(t)
+	networks := client.SamplecrdV1().Networks("ctrl")
+	start, err := networks.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := networks.Watch(ctx, metav1.ListOptions{ResourceVersion: start.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := networks.Create(ctx, &v1.Network{ObjectMeta: metav1.ObjectMeta{Name: "counted"},
+		Spec: v1.NetworkSpec{CIDR: "10.78.0.0/24"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var writes, finalizerWrites, statusWrites int
+	var last *v1.Network
+	for {
+		ev := nextEvent(t, w)
+		n, ok := ev.Object.(*v1.Network)
+		if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+			t.Fatalf("event %s %T", ev.Type, ev.Object)
+		}
+		writes++
+		if last != nil {
+			if !slices.Equal(last.Finalizers, n.Finalizers) {
+				finalizerWrites++
+			} else {
+				statusWrites++
+			}
+		}
+		last = n
+		c := meta.FindStatusCondition(n.Status.Conditions, "Ready")
+		if c != nil && c.Status == metav1.ConditionTrue && len(n.Status.Nodes) == len(nodes) && n.Status.ObservedGeneration == n.Generation {
+			break
+		}
+	}
+	t.Logf("create → Ready on %d nodes: %d writes of the Network (the create, %d finalizer writes, %d status writes: %.2f per node)",
+		len(nodes), writes, finalizerWrites, statusWrites, float64(writes-1)/float64(len(nodes)))
+	if finalizerWrites != 0 {
+		t.Errorf("%d writes changed the finalizers after the create, want none (the create carries it)", finalizerWrites)
+	}
+}
