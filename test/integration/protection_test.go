@@ -46,7 +46,9 @@ func protReport(ctx context.Context, t *testing.T, c versioned.Interface, ns, na
 	return n
 }
 
-func protProtected(n *v1.Network) bool { return slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) }
+func protProtected(n *v1.Network) bool {
+	return slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer)
+}
 
 // TestProtectedNetworkKeepsItsPrefix: the server puts the protection finalizer on a Network in
 // its create (one write: the create's answer carries it and a watch sees no second write), keeps a
