@@ -79,8 +79,10 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 	// behind. Wait (a little) for the leases to go.
 	if actual != nil && len(actual.Leases) > 0 {
 		if c.leasesPending(key) {
-			// The message does not count down: each recheck would rewrite the status.
-			if _, err := c.report(ctx, n, 0, nil, netbackend.Errorf(ReasonTerminating,
+			// The message does not count down: each recheck would rewrite the status. The entry
+			// reports the leases: while it does, the server keeps the Network.
+			leased := int32(len(actual.Leases))
+			if _, err := c.report(ctx, n, 0, &entryExtra{leases: &leased}, netbackend.Errorf(ReasonTerminating,
 				"the Network is being deleted; no pods are attached on node %s, but addresses %s are still leased (a runtime's DEL under way?): waiting for their release, at most %v",
 				c.opts.NodeName, strings.Join(actual.Leases, ", "), c.opts.LeaseGrace)); err != nil {
 				return "error", err
@@ -92,8 +94,9 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 			"network", key, "leases", actual.Leases, "grace", c.opts.LeaseGrace)
 	}
 	c.leasesDone(key)
-	// The server releases the Network once no node's entry reports attachments: this report of
-	// none may be the one that does.
+	// The server releases the Network once no node's entry reports attachments or leases: this
+	// report of none (leases left past the grace go with the Network, so none are reported) may
+	// be the one that does.
 	if _, err := c.report(ctx, n, 0, nil, netbackend.Errorf(ReasonTerminating,
 		"the Network is being deleted; no pods are attached on node %s", c.opts.NodeName)); err != nil {
 		return "error", err

@@ -179,7 +179,9 @@ func TestReleaseWaitsForLeases(t *testing.T) {
 	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
 		t.Fatalf("sync with a lease left: %s, %v", result, err)
 	}
-	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || !strings.Contains(applied[0].Message, "10.1.0.2") {
+	// The entry reports the lease: the server keeps the Network while it does.
+	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || !strings.Contains(applied[0].Message, "10.1.0.2") ||
+		applied[0].Leases == nil || *applied[0].Leases != 1 {
 		t.Fatalf("status while the lease is held: %+v", applied)
 	}
 	// Rechecks while the lease is held write nothing new.
@@ -196,7 +198,8 @@ func TestReleaseWaitsForLeases(t *testing.T) {
 	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
 		t.Fatalf("sync with no lease left: %s, %v", result, err)
 	}
-	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || strings.Contains(applied[0].Message, "leased") {
+	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || strings.Contains(applied[0].Message, "leased") ||
+		(applied[0].Leases != nil && *applied[0].Leases != 0) {
 		t.Fatalf("status with no pods and no leases: %+v", applied)
 	}
 
@@ -223,7 +226,7 @@ func TestReleaseWaitsForLeases(t *testing.T) {
 		}
 		last = g.statusApplies()
 	}
-	if len(last) != 1 || strings.Contains(last[0].Message, "leased") {
+	if len(last) != 1 || strings.Contains(last[0].Message, "leased") || (last[0].Leases != nil && *last[0].Leases != 0) {
 		t.Fatalf("a lease that never goes held the Network past the grace: %+v", last)
 	}
 }

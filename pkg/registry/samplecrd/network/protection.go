@@ -40,7 +40,7 @@ const (
 	// administrator stripped while it was live): it gets it.
 	ProtectionAdded
 	// ProtectionReleased: the Network is being deleted, carries the finalizer, and no node's
-	// entry reports attachments: the finalizer goes.
+	// entry reports attachments or leases (Attached): the finalizer goes.
 	ProtectionReleased
 )
 
@@ -81,7 +81,12 @@ func (networkStrategy) CheckGracefulDelete(ctx context.Context, obj runtime.Obje
 	return false
 }
 
-// Attached tells whether any node's entry reports pods attached to n.
+// Attached tells whether any node's entry reports pods attached to n, or addresses still leased
+// there (a runtime's DEL removes the pod's veth before host-local releases its address: a node
+// whose last port went reports its leases while it waits for them, at most its lease grace). An
+// entry that does not report leases holds nothing by them.
 func Attached(n *samplecrd.Network) bool {
-	return slices.ContainsFunc(n.Status.Nodes, func(e samplecrd.NetworkNodeStatus) bool { return e.Attachments > 0 })
+	return slices.ContainsFunc(n.Status.Nodes, func(e samplecrd.NetworkNodeStatus) bool {
+		return e.Attachments > 0 || (e.Leases != nil && *e.Leases > 0)
+	})
 }

@@ -22,6 +22,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
@@ -48,6 +49,10 @@ func TestProtectionRule(t *testing.T) {
 			[]samplecrd.NetworkNodeStatus{entry("a", 0), entry("b", 0)}, ProtectionReleased, []string{other}},
 		{"deleting, one node reports pods", true, []string{samplecrd.ProtectionFinalizer},
 			[]samplecrd.NetworkNodeStatus{entry("a", 0), entry("b", 1)}, ProtectionKept, []string{samplecrd.ProtectionFinalizer}},
+		{"deleting, a node still reports leases (a DEL under way)", true, []string{samplecrd.ProtectionFinalizer},
+			[]samplecrd.NetworkNodeStatus{entry("a", 0), {NodeName: "b", Leases: ptr.To[int32](1)}}, ProtectionKept, []string{samplecrd.ProtectionFinalizer}},
+		{"deleting, leases reported zero", true, []string{samplecrd.ProtectionFinalizer},
+			[]samplecrd.NetworkNodeStatus{{NodeName: "b", Leases: ptr.To[int32](0)}}, ProtectionReleased, nil},
 		{"deleting, stripped by an administrator: not put back", true, []string{other},
 			[]samplecrd.NetworkNodeStatus{entry("b", 5)}, ProtectionKept, []string{other}},
 	} {
