@@ -16,28 +16,9 @@ limitations under the License.
 
 package nodestatus
 
-import (
-	"slices"
-
-	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
-	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
-)
+import "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 
 // ProtectionFinalizer keeps a Network that is being deleted while any node reports pods
 // attached to it (samplecrd.ProtectionFinalizer). The server adds it at create and removes it
 // once no node's entry reports attachments; agents only report their own attachments.
 const ProtectionFinalizer = samplecrd.ProtectionFinalizer
-
-// Unattached tells whether n carries ProtectionFinalizer and no node's entry reports
-// attachments.
-func Unattached(n *v1.Network) bool {
-	if !slices.Contains(n.Finalizers, ProtectionFinalizer) {
-		return false
-	}
-	for _, entry := range n.Status.Nodes {
-		if entry.Attachments > 0 {
-			return false
-		}
-	}
-	return true
-}
