@@ -18,7 +18,10 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,7 +94,35 @@ func TestProtectionWritesPerNode(t *testing.T) {
 	}
 	t.Logf("create → Ready on %d nodes: %d writes of the Network (the create, %d finalizer writes, %d status writes: %.2f per node)",
 		len(nodes), writes, finalizerWrites, statusWrites, float64(writes-1)/float64(len(nodes)))
+	// The requests behind them, refused ones (409) included, from the server's metrics.
+	requests := map[string]float64{}
+	for sample, v := range admMetrics(t, client) {
+		if !strings.HasPrefix(sample, "apiserver_request_total{") || !strings.Contains(sample, `resource="networks"`) {
+			continue
+		}
+		verb, sub, code := label(sample, "verb"), label(sample, "subresource"), label(sample, "code")
+		if verb == "GET" || verb == "LIST" || verb == "WATCH" {
+			continue
+		}
+		requests[fmt.Sprintf("%s %s %s", verb, "networks/"+sub, code)] += v
+	}
+	keys := slices.Sorted(maps.Keys(requests))
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s: %v", k, requests[k]))
+	}
+	t.Logf("write requests on networks until now: %s", strings.Join(parts, "; "))
 	if finalizerWrites != 0 {
 		t.Errorf("%d writes changed the finalizers after the create, want none (the create carries it)", finalizerWrites)
 	}
+}
+
+// label returns the value of name in a metric sample's labels.
+func label(sample, name string) string {
+	_, rest, ok := strings.Cut(sample, name+`="`)
+	if !ok {
+		return ""
+	}
+	value, _, _ := strings.Cut(rest, `"`)
+	return value
 }
