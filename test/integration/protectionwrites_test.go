@@ -94,7 +94,33 @@ func TestProtectionWritesPerNode(t *testing.T) {
 	}
 	t.Logf("create → Ready on %d nodes: %d writes of the Network (the create, %d finalizer writes, %d status writes: %.2f per node)",
 		len(nodes), writes, finalizerWrites, statusWrites, float64(writes-1)/float64(len(nodes)))
-	// The requests behind them, refused ones (409) included, from the server's metrics.
+	// The requests behind them, refused ones (409) included, from the server's metrics (which
+	// count from the start of this test binary).
+	before := writeRequests(t, client)
+	t.Logf("write requests on networks until Ready: %s", before)
+	if finalizerWrites != 0 {
+		t.Errorf("%d writes changed the finalizers after the create, want none (the create carries it)", finalizerWrites)
+	}
+
+	// Deleted with no pod attached anywhere: the writes until it is gone.
+	if err := networks.Delete(ctx, "counted", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleteWrites := 0
+	for {
+		ev := nextEvent(t, w)
+		deleteWrites++
+		if ev.Type == watch.Deleted {
+			break
+		}
+	}
+	t.Logf("delete → gone: %d writes of the Network; write requests on networks until now: %s", deleteWrites, writeRequests(t, client))
+}
+
+// writeRequests sums the server's apiserver_request_total for writes on networks by verb,
+// subresource and code.
+func writeRequests(t *testing.T, client *versioned.Clientset) string {
+	t.Helper()
 	requests := map[string]float64{}
 	for sample, v := range admMetrics(t, client) {
 		if !strings.HasPrefix(sample, "apiserver_request_total{") || !strings.Contains(sample, `resource="networks"`) {
@@ -106,15 +132,11 @@ func TestProtectionWritesPerNode(t *testing.T) {
 		}
 		requests[fmt.Sprintf("%s %s %s", verb, "networks/"+sub, code)] += v
 	}
-	keys := slices.Sorted(maps.Keys(requests))
 	var parts []string
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(requests)) {
 		parts = append(parts, fmt.Sprintf("%s: %v", k, requests[k]))
 	}
-	t.Logf("write requests on networks until now: %s", strings.Join(parts, "; "))
-	if finalizerWrites != 0 {
-		t.Errorf("%d writes changed the finalizers after the create, want none (the create carries it)", finalizerWrites)
-	}
+	return strings.Join(parts, "; ")
 }
 
 // label returns the value of name in a metric sample's labels.
