@@ -18,7 +18,9 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -206,4 +208,79 @@ func TestProtectionWithoutThePlugin(t *testing.T) {
 	if n := protReport(ctx, t, c, "prot", "old", "node-a", 1); n == nil || !protProtected(n) {
 		t.Fatalf("after the first report: %+v, want the finalizer", n)
 	}
+}
+
+// TestProtectionRacesReports: a node's report of a pod that the server accepted is never lost to
+// a release decided before it: the delete of an idle Network, and a node's report of none on a
+// Network being deleted, each race a report of one pod from another node, many times. Whenever
+// that report was accepted (the server answered it with the Network), the Network is still there
+// after both, held by the finalizer.
+func TestProtectionRacesReports(t *testing.T) {
+	s := sharedServer(t)
+	c := jsonClient(t, s)
+	ns := testNamespace(t)
+	ctx := testContext(t)
+	networks := c.SamplecrdV1().Networks(ns)
+	race := func(name string, release func() error) (reportWon bool) {
+		t.Helper()
+		var wg sync.WaitGroup
+		var releaseErr error
+		var reported *v1.Network
+		var reportErr error
+		wg.Add(2)
+		go func() { defer wg.Done(); releaseErr = release() }()
+		go func() {
+			defer wg.Done()
+			apply := applyv1.Network(name, ns).WithStatus(applyv1.NetworkStatus().WithNodes(applyv1.NetworkNodeStatus().
+				WithNodeName("node-late").WithReady(true).WithObservedGeneration(1).WithAttachments(1)))
+			reported, reportErr = nodestatus.ApplyAsNode(ctx, c, ns, apply, "node-late")
+		}()
+		wg.Wait()
+		if releaseErr != nil && !apierrors.IsNotFound(releaseErr) {
+			t.Fatalf("%s: the releasing write: %v", name, releaseErr)
+		}
+		if reportErr != nil {
+			t.Fatalf("%s: node-late's report: %v", name, reportErr)
+		}
+		if reported == nil {
+			return false // the Network was gone before the report: nothing was lost
+		}
+		n, err := networks.Get(ctx, name, metav1.GetOptions{})
+		if err != nil || !protProtected(n) {
+			t.Fatalf("%s: node-late's report of a pod was accepted, then the Network was released: %+v, %v", name, n, err)
+		}
+		return true
+	}
+	counts := map[string]int{}
+	for i := range 40 {
+		idle := fmt.Sprintf("idle-%d", i)
+		if _, err := networks.Create(ctx, newNetwork(idle, fmt.Sprintf("10.215.%d.0/24", i), ""), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if race(idle, func() error { return networks.Delete(ctx, idle, metav1.DeleteOptions{}) }) {
+			counts["delete: report first, kept"]++
+		} else {
+			counts["delete: released first"]++
+		}
+
+		held := fmt.Sprintf("held-%d", i)
+		if _, err := networks.Create(ctx, newNetwork(held, fmt.Sprintf("10.216.%d.0/24", i), ""), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		protReport(ctx, t, c, ns, held, "node-b", 1)
+		if err := networks.Delete(ctx, held, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if race(held, func() error {
+			apply := applyv1.Network(held, ns).WithStatus(applyv1.NetworkStatus().WithNodes(applyv1.NetworkNodeStatus().
+				WithNodeName("node-b").WithReady(true).WithObservedGeneration(1).WithAttachments(0)))
+			_, err := nodestatus.ApplyAsNode(ctx, c, ns, apply, "node-b")
+			return err
+		}) {
+			counts["status: report first, kept"]++
+		} else {
+			counts["status: released first"]++
+		}
+	}
+	t.Logf("orderings seen: %v", counts)
 }

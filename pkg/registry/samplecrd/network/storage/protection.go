@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/klog/v2"
@@ -58,7 +59,7 @@ func protect(ctx context.Context, store protectionStore, obj runtime.Object) (ru
 		if change == network.ProtectionKept {
 			return n, nil
 		}
-		out, _, err := store.Update(ctx, n.Name, rest.DefaultUpdatedObjectInfo(next),
+		out, _, err := store.Update(ctx, n.Name, guardedUpdate{rest.DefaultUpdatedObjectInfo(next), n.UID, n.ResourceVersion},
 			rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
 		switch {
 		case err == nil:
@@ -83,6 +84,21 @@ func protect(ctx context.Context, store protectionStore, obj runtime.Object) (ru
 			return fresh, nil
 		}
 	}
+}
+
+// guardedUpdate is the protection write: its preconditions carry the resourceVersion the rule was
+// decided on, besides the UID. The generic store compares the object's resourceVersion when it
+// updates, but when the update removes the last finalizer it deletes the Network instead, with
+// only the update's preconditions: without the resourceVersion among them, a report of a pod
+// written between the decision and the delete would be deleted with the Network.
+type guardedUpdate struct {
+	rest.UpdatedObjectInfo
+	uid             types.UID
+	resourceVersion string
+}
+
+func (g guardedUpdate) Preconditions() *metav1.Preconditions {
+	return &metav1.Preconditions{UID: &g.uid, ResourceVersion: &g.resourceVersion}
 }
 
 // released tells whether obj, as protect returned it, is a Network that the write deleted: being
