@@ -84,8 +84,11 @@ func TestAggregatedNodeLifecycle(t *testing.T) {
 	}
 	web := create("web", "10.30.0.0/24")
 	report(report(web, "ghost-1", 0), "ghost-2", 1)
-	// Being deleted later: its pods on ghost-2 hold it.
-	old := create("old", "10.31.0.0/24", nodestatus.ProtectionFinalizer)
+	// Being deleted later: its pods on ghost-2 hold it (the server gave it the finalizer).
+	old := create("old", "10.31.0.0/24")
+	if !slices.Contains(old.Finalizers, nodestatus.ProtectionFinalizer) {
+		t.Fatalf("old created with finalizers %v, want %s", old.Finalizers, nodestatus.ProtectionFinalizer)
+	}
 	report(report(old, "ghost-1", 0), "ghost-2", 1)
 	entryOf := func(n *samplecrdv1.Network, node string) *samplecrdv1.NetworkNodeStatus {
 		for i := range n.Status.Nodes {
@@ -146,9 +149,8 @@ func TestAggregatedNodeLifecycle(t *testing.T) {
 		t.Fatalf("old after delete: %v %s", n, s)
 	}
 
-	// The Node is deleted: its entries go; old, held only by ghost-2's pod, goes too once ghost-1
-	// (whose agent would release it) no longer reports: here no agent runs, so it is marked
-	// NotReady first, which leaves no Ready node to wait for.
+	// The Node is deleted: its entries go; old, held only by ghost-2's pod, goes with the status
+	// write that removes ghost-2's entry (the server releases it: ghost-1 reports none).
 	start = time.Now()
 	c.kubectl(t, "delete", "node", "ghost-2")
 	eventually(t, 30*time.Second, "web: ghost-2's entry removed, Ready again", func() (bool, string) {
@@ -160,17 +162,15 @@ func TestAggregatedNodeLifecycle(t *testing.T) {
 		return entryOf(n, "ghost-2") == nil && len(n.Status.Nodes) == 1 && cond != nil && cond.Status == metav1.ConditionTrue, s
 	})
 	t.Logf("entries removed %s after the Node was deleted", time.Since(start).Round(time.Millisecond))
-	eventually(t, 30*time.Second, "old: ghost-2's entry removed", func() (bool, string) {
-		n, s := get("old")
-		return n != nil && entryOf(n, "ghost-2") == nil, s
-	})
-	if n, s := get("old"); n == nil || !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
-		t.Fatalf("old released while the Ready ghost-1 reports on it (its agent's call): %s", s)
-	}
-	setReady("ghost-1", "False", "KubeletNotReady")
-	eventually(t, 30*time.Second, "old released and gone", func() (bool, string) {
+	eventually(t, 30*time.Second, "old released and gone with ghost-2's entry", func() (bool, string) {
 		_, err := networks.Get(ctx, "old", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	setReady("ghost-1", "False", "KubeletNotReady")
+	eventually(t, 30*time.Second, "web: ghost-1's entry marked NodeNotReady", func() (bool, string) {
+		n, s := get("web")
+		e := entryOf(n, "ghost-1")
+		return e != nil && !e.Ready, s
 	})
 	n, s = get("web")
 	if e := entryOf(n, "ghost-1"); e == nil || e.Ready || !strings.Contains(e.Message, "node ghost-1 is not Ready (KubeletNotReady)") {

@@ -69,10 +69,11 @@ func nodeNames(n *v1.Network) []string {
 	return names
 }
 
-// A bundled controller that lacks CAP_NET_ADMIN runs a stand-in instead: every Network no other
-// node reports on shows Ready=Unknown with the reason and a message that says why; an entry
-// this node reported earlier (as root) is withdrawn; other nodes' entries still decide Ready; and
-// a controller of this node that reports again takes over.
+// A bundled controller that lacks CAP_NET_ADMIN runs a stand-in instead: it writes this node's own
+// entry of every Network (not ready, the reason, a message that says why; what this node reported
+// earlier as root, its bridge, is dropped) and no Network-level condition; the server derives
+// Ready=Unknown with that reason where no other node reports, and from the other nodes' entries
+// where they do; a controller of this node that reports again takes over its entry.
 func TestUnavailableControllerMarksNetworksUnknown(t *testing.T) {
 	s := framework.StartForTest(t)
 	client := versioned.NewForConfigOrDie(s.Config)
@@ -109,18 +110,31 @@ func TestUnavailableControllerMarksNetworksUnknown(t *testing.T) {
 	unknown := func(generation int64) func(*v1.Network) bool {
 		return func(n *v1.Network) bool {
 			c := meta.FindStatusCondition(n.Status.Conditions, "Ready")
-			return len(n.Status.Nodes) == 0 && c != nil && c.Status == metav1.ConditionUnknown &&
-				c.Reason == agent.ReasonNeedsNetAdmin && c.ObservedGeneration == generation
+			e := n.Status.Nodes
+			return len(e) == 1 && e[0].NodeName == "node-it" && !e[0].Ready && e[0].Bridge == "" &&
+				e[0].Reason == agent.ReasonNeedsNetAdmin && e[0].ObservedGeneration == generation &&
+				c != nil && c.Status == metav1.ConditionUnknown && c.Reason == agent.ReasonNeedsNetAdmin && c.ObservedGeneration == generation
 		}
 	}
-	n := waitNetwork(t, client, ns, "stale", "turned Ready=Unknown without this node's entry", unknown(1))
+	n := waitNetwork(t, client, ns, "stale", "turned Ready=Unknown from this node's entry", unknown(1))
 	if msg := meta.FindStatusCondition(n.Status.Conditions, "Ready").Message; !strings.Contains(msg, "node-it is not running: it needs CAP_NET_ADMIN") {
 		t.Errorf("the Ready message does not say why: %q", msg)
 	}
-	waitNetwork(t, client, ns, "shared", "kept only node-other's entry, Ready from it", func(n *v1.Network) bool {
+	waitNetwork(t, client, ns, "shared", "Ready from node-other's entry, naming node-it", func(n *v1.Network) bool {
 		c := meta.FindStatusCondition(n.Status.Conditions, "Ready")
-		return len(n.Status.Nodes) == 1 && n.Status.Nodes[0].NodeName == "node-other" && c != nil && c.Status == metav1.ConditionTrue
+		return len(n.Status.Nodes) == 2 && c != nil && c.Status == metav1.ConditionTrue &&
+			strings.Contains(c.Message, "no controller running on 1 node(s): node-it: ")
 	})
+	for _, name := range []string{"stale", "shared"} {
+		n := waitNetwork(t, client, ns, name, "read", func(*v1.Network) bool { return true })
+		for _, c := range n.Status.Conditions {
+			for _, mf := range n.ManagedFields {
+				if mf.Manager == nodestatus.FieldManagerPrefix+"node-it" && mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), "f:conditions") {
+					t.Errorf("%s: node-it's field manager owns status.conditions (%s)", name, c.Type)
+				}
+			}
+		}
+	}
 
 	// New Networks, and a new generation of one.
 	if _, err := client.SamplecrdV1().Networks(ns).Create(ctx, newNetwork("fresh", "10.83.0.0/24", ""), metav1.CreateOptions{}); err != nil {

@@ -29,15 +29,17 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	networkcontroller "github.com/samplecrd/network-apiserver/pkg/controller/network"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
 )
 
-// Reasons of the Ready condition when the bundled controller cannot run.
+// Reasons of the node's entry (and of Ready where only such entries exist) when the bundled
+// controller cannot run.
 const (
-	ReasonNeedsNetAdmin = "ControllerNeedsNetAdmin"
-	ReasonNeedsSysAdmin = "ControllerNeedsSysAdmin"
+	ReasonNeedsNetAdmin = samplecrd.ReasonControllerNeedsNetAdmin
+	ReasonNeedsSysAdmin = samplecrd.ReasonControllerNeedsSysAdmin
 )
 
 // effectiveCapabilities returns this process's effective capability set; tests replace it.
@@ -94,12 +96,13 @@ func (c *ControllerOptions) unavailable(missing []string) (reason, message, logL
 	message = fmt.Sprintf("the Network controller of node %s is not running: it needs %s, which network-apiserver "+
 		"lacks (run it as root); nothing is realised on this node", c.NodeName, needs)
 	logLine = fmt.Sprintf("The Network controller needs %s, which this process lacks (run it as root): serving the API "+
-		"alone. Networks stay Ready=Unknown with reason %s; --controllers=false turns the controller off.", needs, reason)
+		"alone. Each Network's entry of this node says so (reason %s); --controllers=false turns the controller off.", needs, reason)
 	return reason, message, logLine
 }
 
 // RunUnavailable runs the stand-in for a controller that lacks the capabilities missing: it
-// marks every Network Ready=Unknown with a reason that says why, until ctx is done.
+// writes the node's entry of every Network, not ready with a reason that says why, until ctx is
+// done.
 func (c *ControllerOptions) RunUnavailable(ctx context.Context, config *rest.Config, missing []string) error {
 	client, err := versioned.NewForConfig(protobufConfig(config))
 	if err != nil {

@@ -33,18 +33,21 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/samplecrd/network-apiserver/pkg/admission/networkinitializer"
+	"github.com/samplecrd/network-apiserver/pkg/admission/plugin/networkprotection"
 	"github.com/samplecrd/network-apiserver/pkg/admission/plugin/networktemplate"
 	"github.com/samplecrd/network-apiserver/pkg/admission/template"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver"
 )
 
 // ourPlugins are the admission plugins of network-apiserver; they run in both modes.
-var ourPlugins = []string{networktemplate.PluginName}
+var ourPlugins = []string{networktemplate.PluginName, networkprotection.PluginName}
 
 // registerAdmissionPlugins adds our plugins to the registry and to the recommended order: the
-// template right after NamespaceLifecycle, so webhooks and policies see the merged Network.
+// template right after NamespaceLifecycle, so webhooks and policies see the merged Network, and
+// the protection finalizer after it (a template cannot drop it).
 func registerAdmissionPlugins(a *genericoptions.AdmissionOptions) {
 	networktemplate.Register(a.Plugins)
+	networkprotection.Register(a.Plugins)
 	order := a.RecommendedPluginOrder
 	at := slices.Index(order, lifecycle.PluginName) + 1
 	a.RecommendedPluginOrder = slices.Insert(slices.Clone(order), at, ourPlugins...)

@@ -87,6 +87,19 @@ func (f *fixture) sync(key string) (string, error) {
 	return f.controller.syncHandler(context.Background(), key)
 }
 
+// metadataWrites lists the writes since the last sync that went to the Network itself rather than
+// to its status: an agent makes none.
+func (f *fixture) metadataWrites() []string {
+	var out []string
+	for _, a := range f.client.Actions() {
+		if a.GetResource().Resource == "networks" && a.GetSubresource() == "" &&
+			(a.GetVerb() == "patch" || a.GetVerb() == "update" || a.GetVerb() == "create" || a.GetVerb() == "delete") {
+			out = append(out, a.GetVerb())
+		}
+	}
+	return out
+}
+
 // statusApplies returns the status entries this node applied since the last sync.
 func (f *fixture) statusApplies() []v1.NetworkNodeStatus {
 	var out []v1.NetworkNodeStatus

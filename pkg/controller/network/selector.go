@@ -19,7 +19,6 @@ package network
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -158,10 +157,9 @@ func reportErrOr(reportErr, err error) error {
 }
 
 // terminateUnselected handles n, being deleted, on a node n does not select and that has
-// nothing of it and no entry: terminate would report an entry for it. Such a node still
-// releases n once no node reports attached pods, so that a Network whose selector selects no
-// node any more is not left waiting for a node that will never report. done is false when
-// terminate is to handle n.
+// nothing of it and no entry: terminate would report an entry for it. There is nothing to do:
+// the server releases n once no node reports attached pods. done is false when terminate is to
+// handle n.
 func (c *Controller) terminateUnselected(ctx context.Context, key string, n *v1.Network) (done bool, result string, err error) {
 	if selected, err := c.selected(n); err != nil || selected || nodestatus.FindEntry(n, c.opts.NodeName) != nil {
 		return false, "", nil
@@ -174,14 +172,7 @@ func (c *Controller) terminateUnselected(ctx context.Context, key string, n *v1.
 		return false, "", nil // the node's part is still there: drains as any deletion
 	}
 	c.forgetClaim(key)
-	if !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) || !nodestatus.Unattached(n) {
-		return true, "not_selected", nil
-	}
-	if err := nodestatus.Release(ctx, c.client, n); err != nil {
-		return true, "error", err
-	}
-	klog.FromContext(ctx).Info("No pods attached on any node; released the Network for deletion", "network", key)
-	return true, "terminating", nil
+	return true, "not_selected", nil
 }
 
 // forgetClaim drops the remembered answer of the node's last claim of key.

@@ -233,10 +233,10 @@ func TestDeselectedNodeDrains(t *testing.T) {
 	}
 }
 
-// TestDeletedNetworkSelectingNoNodeIsReleased: a Network being deleted whose selector no longer
-// selects any node (every entry withdrawn) is released by a node that has nothing of it, rather
-// than waiting for a node that will never report.
-func TestDeletedNetworkSelectingNoNodeIsReleased(t *testing.T) {
+// TestDeletedNetworkSelectingNoNodeLeftAlone: a node that a Network being deleted does not
+// select, and that has nothing of it, neither reports nor writes anything: the server releases
+// the Network once no entry reports pods, whatever the nodes that report.
+func TestDeletedNetworkSelectingNoNodeLeftAlone(t *testing.T) {
 	n := network("web", "10.1.0.0/24", "10.1.0.1", 1)
 	n.Spec.NodeSelector = zoneSelector("a")
 	n.Finalizers = []string{nodestatus.ProtectionFinalizer}
@@ -247,29 +247,21 @@ func TestDeletedNetworkSelectingNoNodeIsReleased(t *testing.T) {
 	if err := f.indexer.Update(deleting); err != nil {
 		t.Fatal(err)
 	}
-	// Another node still reports a pod: kept.
-	other := deleting.DeepCopy()
-	other.Status.Nodes = []v1.NetworkNodeStatus{{NodeName: "node-b", Attachments: 1}}
-	if err := f.indexer.Update(other); err != nil {
-		t.Fatal(err)
-	}
-	if result, err := f.sync("team/web"); err != nil || result != "not_selected" {
-		t.Fatalf("sync while node-b has a pod: %s, %v", result, err)
-	}
-	if got := f.refresh("web"); !slices.Contains(got.Finalizers, nodestatus.ProtectionFinalizer) {
-		t.Fatal("released while node-b reports a pod")
-	}
-	if err := f.indexer.Update(deleting); err != nil {
-		t.Fatal(err)
-	}
-	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
-		t.Fatalf("sync with no entries: %s, %v", result, err)
-	}
-	if got := f.refresh("web"); slices.Contains(got.Finalizers, nodestatus.ProtectionFinalizer) {
-		t.Fatalf("kept although no node reports a pod: %v", got.Finalizers)
-	}
-	if f.backend.Get("team/web") != nil || len(f.statusApplies()) != 0 {
-		t.Fatal("the unselected node made or reported something")
+	for _, nodes := range [][]v1.NetworkNodeStatus{{{NodeName: "node-b", Attachments: 1}}, nil} {
+		current := deleting.DeepCopy()
+		current.Status.Nodes = nodes
+		if err := f.indexer.Update(current); err != nil {
+			t.Fatal(err)
+		}
+		if result, err := f.sync("team/web"); err != nil || result != "not_selected" {
+			t.Fatalf("sync with entries %+v: %s, %v", nodes, result, err)
+		}
+		if w := f.metadataWrites(); len(w) != 0 {
+			t.Fatalf("entries %+v: the unselected node wrote the Network: %v", nodes, w)
+		}
+		if f.backend.Get("team/web") != nil || len(f.statusApplies()) != 0 {
+			t.Fatal("the unselected node made or reported something")
+		}
 	}
 }
 

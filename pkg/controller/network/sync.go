@@ -27,7 +27,6 @@ import (
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
-	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 )
 
@@ -49,14 +48,8 @@ const IPMasqAnnotation = "samplecrd.k8s.io/ip-masq"
 // sync converges the node with n, a Network not being deleted, reports the node's entry and
 // returns the result label for metrics. The backend's Ensure is its one look at the node.
 func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (string, error) {
-	// The finalizer goes on before the configuration is written, so no pod can attach to a
-	// Network that is not protected.
-	if !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
-		var err error
-		if n, err = nodestatus.Protect(ctx, c.client, n); err != nil {
-			return "error", err
-		}
-	}
+	// The protection finalizer is the server's: it adds it in the create (and to a Network
+	// created before it did, in the first write after), so none is written here.
 	desired, err := desiredOf(key, n)
 	if err != nil {
 		_, err = c.report(ctx, n, 0, nil, err)

@@ -37,9 +37,9 @@ const ReasonTerminating = "Terminating"
 const leaseRecheck = 200 * time.Millisecond
 
 // terminate handles a Network being deleted: while pods are attached on this node it keeps (and
-// repairs) the bridge and configuration and reports them; with none it reports zero and, when
-// every node's entry says zero, removes the finalizer, after which the Network goes and the
-// node's part is removed like any deleted Network's.
+// repairs) the bridge and configuration and reports them; with none it reports zero. When every
+// node's entry says zero the server removes the finalizer, the Network goes, and the node's part
+// is removed like any deleted Network's.
 func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (string, error) {
 	if !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
 		return c.remove(ctx, key) // only other finalizers remain: this node's part goes now
@@ -79,8 +79,10 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 	// behind. Wait (a little) for the leases to go.
 	if actual != nil && len(actual.Leases) > 0 {
 		if c.leasesPending(key) {
-			// The message does not count down: each recheck would rewrite the status.
-			if _, err := c.report(ctx, n, 0, nil, netbackend.Errorf(ReasonTerminating,
+			// The message does not count down: each recheck would rewrite the status. The entry
+			// reports the leases: while it does, the server keeps the Network.
+			leased := int32(len(actual.Leases))
+			if _, err := c.report(ctx, n, 0, &entryExtra{leases: &leased}, netbackend.Errorf(ReasonTerminating,
 				"the Network is being deleted; no pods are attached on node %s, but addresses %s are still leased (a runtime's DEL under way?): waiting for their release, at most %v",
 				c.opts.NodeName, strings.Join(actual.Leases, ", "), c.opts.LeaseGrace)); err != nil {
 				return "error", err
@@ -92,19 +94,13 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 			"network", key, "leases", actual.Leases, "grace", c.opts.LeaseGrace)
 	}
 	c.leasesDone(key)
-	updated, err := c.report(ctx, n, 0, nil, netbackend.Errorf(ReasonTerminating,
-		"the Network is being deleted; no pods are attached on node %s", c.opts.NodeName))
-	if err != nil || updated == nil {
+	// The server releases the Network once no node's entry reports attachments or leases: this
+	// report of none (leases left past the grace go with the Network, so none are reported) may
+	// be the one that does.
+	if _, err := c.report(ctx, n, 0, nil, netbackend.Errorf(ReasonTerminating,
+		"the Network is being deleted; no pods are attached on node %s", c.opts.NodeName)); err != nil {
 		return "error", err
 	}
-	if !nodestatus.Unattached(updated) {
-		klog.FromContext(ctx).V(2).Info("Deletion waits for pods on another node", "network", key)
-		return "terminating", nil
-	}
-	if err := nodestatus.Release(ctx, c.client, updated); err != nil {
-		return "error", err
-	}
-	klog.FromContext(ctx).Info("No pods attached on any node; released the Network for deletion", "network", key)
 	return "terminating", nil
 }
 

@@ -19,7 +19,6 @@ package network
 import (
 	"context"
 	"errors"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,19 +30,24 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 )
 
-// TestFinalizerProtectsNetworksInUse: the controller puts samplecrd.k8s.io/network-protection on
-// a Network before its configuration exists, reports the pods attached on the node in its
+// protected returns n with the protection finalizer, as the server creates every Network.
+func protected(n *v1.Network) *v1.Network {
+	n.Finalizers = append(n.Finalizers, nodestatus.ProtectionFinalizer)
+	return n
+}
+
+// TestTerminateReportsAttachments: the controller reports the pods attached on the node in its
 // status entry, and while a Network being deleted has pods attached keeps the bridge and
-// configuration (so the runtime can still DEL them) and the finalizer; once none are attached
-// on any node it removes the finalizer.
-func TestFinalizerProtectsNetworksInUse(t *testing.T) {
-	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+// configuration (so the runtime can still DEL them); once none are attached it reports zero.
+// The finalizer is the server's: the controller never writes it, neither at create nor at the
+// release, and writes nothing but its entry.
+func TestTerminateReportsAttachments(t *testing.T) {
+	f := newFixture(t, protected(network("web", "10.1.0.0/24", "10.1.0.1", 1)))
 	if _, err := f.sync("team/web"); err != nil {
 		t.Fatal(err)
 	}
-	n := f.refresh("web")
-	if !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
-		t.Fatalf("finalizers %v, want %s", n.Finalizers, nodestatus.ProtectionFinalizer)
+	if w := f.metadataWrites(); len(w) != 0 {
+		t.Fatalf("the controller wrote the Network itself, not only its entry: %v", w)
 	}
 
 	// Two pods attach: the node's entry counts them.
@@ -56,7 +60,7 @@ func TestFinalizerProtectsNetworksInUse(t *testing.T) {
 	}
 
 	// Deleted with pods attached: kept, bridge and configuration too, and the status says why.
-	n = f.refresh("web")
+	n := f.refresh("web")
 	now := metav1.Now()
 	n.DeletionTimestamp = &now
 	if err := f.indexer.Update(n); err != nil {
@@ -72,8 +76,8 @@ func TestFinalizerProtectsNetworksInUse(t *testing.T) {
 	if len(applied) != 1 || applied[0].Ready || applied[0].Reason != ReasonTerminating || applied[0].Attachments != 2 {
 		t.Fatalf("status while deletion waits: %+v", applied)
 	}
-	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
-		t.Fatalf("finalizer removed with pods attached: %v", n.Finalizers)
+	if w := f.metadataWrites(); len(w) != 0 {
+		t.Fatalf("the controller wrote the Network itself with pods attached: %v", w)
 	}
 
 	// Another node still has a pod: this node's pods leave, the finalizer stays.
@@ -89,11 +93,14 @@ func TestFinalizerProtectsNetworksInUse(t *testing.T) {
 	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
 		t.Fatalf("sync with pods on another node: %s, %v", result, err)
 	}
-	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
-		t.Fatalf("finalizer removed while node-b reports a pod: %v", n.Finalizers)
+	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || applied[0].Reason != ReasonTerminating {
+		t.Fatalf("status once this node's pods left: %+v", applied)
+	}
+	if w := f.metadataWrites(); len(w) != 0 {
+		t.Fatalf("the controller wrote the Network itself: %v", w)
 	}
 
-	// node-b's pod leaves too: released.
+	// node-b's pod leaves too: the controller writes nothing more (the server releases).
 	n = f.refresh("web")
 	for i := range n.Status.Nodes {
 		if n.Status.Nodes[i].NodeName == "node-b" {
@@ -109,15 +116,18 @@ func TestFinalizerProtectsNetworksInUse(t *testing.T) {
 	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
 		t.Fatalf("sync with no pods anywhere: %s, %v", result, err)
 	}
-	if n := f.refresh("web"); slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
-		t.Fatalf("finalizer kept with no pods attached anywhere: %v", n.Finalizers)
+	if w := f.metadataWrites(); len(w) != 0 {
+		t.Fatalf("the controller wrote the Network itself with no pods anywhere: %v", w)
+	}
+	if a := f.backend.Get("team/web"); a == nil || a.Bridge == "" {
+		t.Fatalf("the bridge went before the Network did: %+v", a)
 	}
 }
 
 // TestUnreadableNodeKeepsTheFinalizer: a node that cannot tell whether pods are attached does not
-// release a Network being deleted.
+// report zero for a Network being deleted (which would let the server release it).
 func TestUnreadableNodeKeepsTheFinalizer(t *testing.T) {
-	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	f := newFixture(t, protected(network("web", "10.1.0.0/24", "10.1.0.1", 1)))
 	if _, err := f.sync("team/web"); err != nil {
 		t.Fatal(err)
 	}
@@ -131,8 +141,11 @@ func TestUnreadableNodeKeepsTheFinalizer(t *testing.T) {
 	if _, err := f.sync("team/web"); err == nil {
 		t.Fatal("sync succeeded although the node could not be read")
 	}
-	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
-		t.Fatalf("finalizer removed without knowing the node's attachments: %v", n.Finalizers)
+	if applied := f.statusApplies(); len(applied) != 0 {
+		t.Fatalf("reported without knowing the node's attachments: %+v", applied)
+	}
+	if w := f.metadataWrites(); len(w) != 0 {
+		t.Fatalf("the controller wrote the Network itself: %v", w)
 	}
 }
 
@@ -141,7 +154,7 @@ func TestUnreadableNodeKeepsTheFinalizer(t *testing.T) {
 // waits for the leases (up to LeaseGrace), so that its removal does not race the DEL and leave
 // host-local's directory behind. Past the grace, leases that never go do not hold it forever.
 func TestReleaseWaitsForLeases(t *testing.T) {
-	f := newFixture(t, network("web", "10.1.0.0/24", "10.1.0.1", 1))
+	f := newFixture(t, protected(network("web", "10.1.0.0/24", "10.1.0.1", 1)))
 	if _, err := f.sync("team/web"); err != nil {
 		t.Fatal(err)
 	}
@@ -166,10 +179,9 @@ func TestReleaseWaitsForLeases(t *testing.T) {
 	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
 		t.Fatalf("sync with a lease left: %s, %v", result, err)
 	}
-	if n := f.refresh("web"); !slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
-		t.Fatalf("released while host-local still leases 10.1.0.2: %v", n.Finalizers)
-	}
-	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || !strings.Contains(applied[0].Message, "10.1.0.2") {
+	// The entry reports the lease: the server keeps the Network while it does.
+	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || !strings.Contains(applied[0].Message, "10.1.0.2") ||
+		applied[0].Leases == nil || *applied[0].Leases != 1 {
 		t.Fatalf("status while the lease is held: %+v", applied)
 	}
 	// Rechecks while the lease is held write nothing new.
@@ -180,24 +192,26 @@ func TestReleaseWaitsForLeases(t *testing.T) {
 	if applied := f.statusApplies(); len(applied) != 0 {
 		t.Fatalf("a recheck with the same lease rewrote the status: %+v", applied)
 	}
-	// The DEL finishes: released.
+	// The DEL finishes: the node says it is done with the Network (no lease named).
 	f.backend.SetLeases("team/web")
 	deleting()
 	if result, err := f.sync("team/web"); err != nil || result != "terminating" {
 		t.Fatalf("sync with no lease left: %s, %v", result, err)
 	}
-	if n := f.refresh("web"); slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
-		t.Fatalf("kept with no pods and no leases: %v", n.Finalizers)
+	if applied := f.statusApplies(); len(applied) != 1 || applied[0].Attachments != 0 || strings.Contains(applied[0].Message, "leased") ||
+		(applied[0].Leases != nil && *applied[0].Leases != 0) {
+		t.Fatalf("status with no pods and no leases: %+v", applied)
 	}
 
 	// A lease that never goes (a DEL that never finished) holds the Network only for the grace.
-	g := newFixture(t, network("db", "10.2.0.0/24", "10.2.0.1", 1))
+	g := newFixture(t, protected(network("db", "10.2.0.0/24", "10.2.0.1", 1)))
 	fakeClock := testingclock.NewFakePassiveClock(time.Now())
 	g.controller.clock = fakeClock
 	if _, err := g.sync("team/db"); err != nil {
 		t.Fatal(err)
 	}
 	g.backend.SetLeases("team/db", "10.2.0.5")
+	var last []v1.NetworkNodeStatus
 	for i := range 2 { // the first sync waits, the second comes after the grace
 		n := g.refresh("db")
 		n.DeletionTimestamp = &now
@@ -210,8 +224,9 @@ func TestReleaseWaitsForLeases(t *testing.T) {
 		if _, err := g.sync("team/db"); err != nil {
 			t.Fatal(err)
 		}
+		last = g.statusApplies()
 	}
-	if n := g.refresh("db"); slices.Contains(n.Finalizers, nodestatus.ProtectionFinalizer) {
-		t.Fatalf("a lease that never goes held the Network past the grace: %v", n.Finalizers)
+	if len(last) != 1 || strings.Contains(last[0].Message, "leased") || (last[0].Leases != nil && *last[0].Leases != 0) {
+		t.Fatalf("a lease that never goes held the Network past the grace: %+v", last)
 	}
 }

@@ -21,17 +21,14 @@ import (
 	"fmt"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	applyv1 "github.com/samplecrd/network-apiserver/pkg/generated/applyconfiguration/samplecrd/v1"
@@ -41,17 +38,12 @@ import (
 )
 
 // Unavailable stands in for a node's controller that cannot run (for example without
-// CAP_NET_ADMIN). It realises nothing; it says so on every Network, with server-side apply under
-// the node's own field manager:
-//
-//   - it drops the node's entry from status.nodes (what that entry reported is no longer kept
-//     up, so it must not count towards Ready);
-//   - it sets the Ready condition to Unknown with its reason and message. The server derives
-//     Ready from status.nodes whenever there are entries, so this shows only on Networks no
-//     other node reports on, and it gives way as soon as a controller reports;
-//   - like a controller, it removes ProtectionFinalizer from a Network being deleted once no
-//     node's entry reports attachments, so that Networks protected by an earlier run of a
-//     controller are not kept forever.
+// CAP_NET_ADMIN). It realises nothing; it says so in the node's own entry of every Network, with
+// server-side apply under the node's own field manager: ready false, its reason (one for which
+// samplecrd.ControllerUnavailable holds) and message, no attachments and nothing else. The
+// server counts such entries apart when it derives Ready (Unknown with the reason when only such
+// entries exist); it also releases a Network being deleted once no entry reports attachments, so
+// the stand-in writes nothing but its entry.
 type Unavailable struct {
 	client  versioned.Interface
 	lister  listers.NetworkLister
@@ -121,25 +113,11 @@ func (u *Unavailable) processNext(ctx context.Context) bool {
 	return true
 }
 
-// needsReport says whether n still shows this node's entry, or lacks the Unknown condition
-// while no node reports on it.
+// needsReport says whether n's entry for this node is not yet the stand-in's.
 func (u *Unavailable) needsReport(n *v1.Network) bool {
-	if n.DeletionTimestamp != nil {
-		return nodestatus.Unattached(n) // nothing to report, but the finalizer must not hold it forever
-	}
-	others := false
-	for _, node := range n.Status.Nodes {
-		if node.NodeName == u.node {
-			return true
-		}
-		others = true
-	}
-	if others {
-		return false // Ready is derived from the nodes that do report
-	}
-	c := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady)
-	return c == nil || c.Status != metav1.ConditionUnknown || c.Reason != u.reason || c.Message != u.message ||
-		c.ObservedGeneration != n.Generation
+	e := nodestatus.FindEntry(n, u.node)
+	want := v1.NetworkNodeStatus{NodeName: u.node, Reason: u.reason, Message: u.message, ObservedGeneration: n.Generation}
+	return e == nil || !apiequality.Semantic.DeepEqual(*e, want)
 }
 
 func (u *Unavailable) sync(ctx context.Context, key string) error {
@@ -154,18 +132,16 @@ func (u *Unavailable) sync(ctx context.Context, key string) error {
 	if err != nil || !u.needsReport(n) {
 		return err
 	}
-	if n.DeletionTimestamp != nil {
-		return nodestatus.Release(ctx, u.client, n)
-	}
-	// Without nodes in the configuration, the apply removes the entry this field manager owns.
-	apply := applyv1.Network(n.Name, n.Namespace).WithStatus(applyv1.NetworkStatus().WithConditions(
-		metav1ac.Condition().
-			WithType(samplecrd.ConditionReady).
-			WithStatus(metav1.ConditionUnknown).
+	// The apply owns the entry's fields it names and no others: whatever an earlier run of a
+	// controller reported under this field manager (bridge, attachments, blocks, a Network-level
+	// condition of an older stand-in) goes.
+	apply := applyv1.Network(n.Name, n.Namespace).WithStatus(applyv1.NetworkStatus().WithNodes(
+		applyv1.NetworkNodeStatus().
+			WithNodeName(u.node).
+			WithReady(false).
 			WithReason(u.reason).
 			WithMessage(u.message).
-			WithObservedGeneration(n.Generation).
-			WithLastTransitionTime(metav1.Now())))
+			WithObservedGeneration(n.Generation)))
 	_, err = nodestatus.ApplyAsNode(ctx, u.client, n.Namespace, apply, u.node)
 	return err
 }

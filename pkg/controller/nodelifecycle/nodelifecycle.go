@@ -27,8 +27,9 @@ limitations under the License.
 // an entry whose Node has been deleted it removes the entry, the way Kubernetes lets go of the pods
 // of a deleted Node — unless (WithAgentLeases) the node's agent still holds its Lease and the entry
 // does not report zero leases: pods there may still hold addresses of the node's blocks, so the
-// entry stays, marked NodeDeleted as the agent marks it, and is checked again every recheck; a Network being deleted is then released once no remaining entry reports
-// attachments and no Ready node is left to release it. Entries whose name is not, and never was,
+// entry stays, marked NodeDeleted as the agent marks it, and is checked again every recheck. (A
+// Network being deleted is released by the server, in the status write that leaves no entry
+// reporting attachments.) Entries whose name is not, and never was,
 // a Node (a controller run with a --node-name of its own, as in a cluster without nodes) are left
 // alone. Several replicas may run it at once: they write the same content, conditional on the
 // Network's resourceVersion.
@@ -312,12 +313,8 @@ func (c *Controller) sync(ctx context.Context, n *v1.Network) (bool, error) {
 		}
 		current = updated
 	}
-	if nodestatus.Releasable(current) && c.noReadyNodeReports(current) {
-		if err := nodestatus.Release(ctx, c.client, current); err != nil {
-			return awaiting, err
-		}
-		klog.FromContext(ctx).Info("No node that is Ready reports on the Network and none reports pods: released it for deletion", "network", key)
-	}
+	// A Network being deleted whose last entry with attachments went here is released by the
+	// server in the write that removed it.
 	return awaiting, nil
 }
 
@@ -343,19 +340,4 @@ func (c *Controller) wasNode(entry v1.NetworkNodeStatus) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.deleted.Has(entry.NodeName) || entry.Reason == nodestatus.ReasonNodeObjectNotReady || entry.Reason == nodestatus.ReasonNodeDeleted
-}
-
-// noReadyNodeReports says whether every entry of n is of a Node that is not Ready: no agent is
-// left that would release the Network itself.
-func (c *Controller) noReadyNodeReports(n *v1.Network) bool {
-	for _, entry := range n.Status.Nodes {
-		node, err := c.nodes.Get(entry.NodeName)
-		if err != nil {
-			return false // not a Node, or unknown: its controller decides
-		}
-		if ready, _ := nodestatus.NodeReadiness(node); ready {
-			return false
-		}
-	}
-	return true
 }

@@ -17,7 +17,8 @@ limitations under the License.
 // Package nodestatus is what the network controller, the node agent and the server's node
 // lifecycle loop share about a Network's status.nodes: each node's entry (marked while its Node
 // is not Ready, applied and withdrawn under the node's own field manager), the Node readiness that
-// marks it, and the protection finalizer that the entries' attachments hold.
+// marks it, and the name of the protection finalizer that the entries' attachments hold (the
+// server adds and removes it).
 package nodestatus
 
 import (

@@ -51,15 +51,33 @@ func deriveReadiness(n *samplecrd.Network) {
 	}
 	// A node draining the Network because spec.nodeSelector no longer selects it says
 	// ready: false, but that is no failure of the Network: it is counted apart.
-	var draining []string
+	// A node whose controller cannot run (no CAP_NET_ADMIN) says so in its entry; it realises
+	// nothing, so it is counted apart too: Ready says Unknown when only such nodes report.
+	var draining, unavailable []string
+	var unavailableReason string
 	nodes = slices.DeleteFunc(slices.Clone(nodes), func(node samplecrd.NetworkNodeStatus) bool {
-		if node.Reason == ReasonNotSelected {
+		switch {
+		case node.Reason == ReasonNotSelected:
 			draining = append(draining, node.NodeName)
+			return true
+		case samplecrd.ControllerUnavailable(node.Reason):
+			unavailable = append(unavailable, fmt.Sprintf("%s: %s", node.NodeName, node.Message))
+			if unavailableReason == "" || node.Reason < unavailableReason {
+				unavailableReason = node.Reason
+			}
 			return true
 		}
 		return false
 	})
 	slices.Sort(draining)
+	slices.Sort(unavailable)
+	if len(nodes) == 0 && len(draining) == 0 {
+		n.Status.ObservedGeneration = n.Generation
+		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{Type: samplecrd.ConditionReady,
+			ObservedGeneration: n.Generation, Status: metav1.ConditionUnknown, Reason: unavailableReason,
+			Message: strings.Join(unavailable, "; ")})
+		return
+	}
 	if len(nodes) == 0 {
 		n.Status.ObservedGeneration = n.Generation
 		meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{Type: samplecrd.ConditionReady,
@@ -117,6 +135,9 @@ func deriveReadiness(n *samplecrd.Network) {
 	}
 	if len(draining) > 0 {
 		cond.Message += fmt.Sprintf("; draining on %s (not selected by spec.nodeSelector)", strings.Join(draining, ", "))
+	}
+	if len(unavailable) > 0 {
+		cond.Message += fmt.Sprintf("; no controller running on %d node(s): %s", len(unavailable), strings.Join(unavailable, "; "))
 	}
 	meta.SetStatusCondition(&n.Status.Conditions, cond)
 }

@@ -22,11 +22,16 @@ package storage
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -54,6 +59,8 @@ type REST struct {
 // StatusREST is the storage of networks/status.
 type StatusREST struct {
 	store *genericregistry.Store
+	// main is the store of networks, which the protection write goes through.
+	main *genericregistry.Store
 	// nodeBlocks, when set, reads a node's BlockAllocation of a Network, so that an entry's
 	// status.nodes[].blocks is checked to be a subset of it.
 	nodeBlocks NodeBlocksFunc
@@ -102,7 +109,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, al
 	statusStore.UpdateStrategy = statusStrategy
 	statusStore.ResetFieldsStrategy = statusStrategy
 	s.Network = &REST{Store: store, allocations: allocations}
-	s.Status = &StatusREST{store: &statusStore, nodeBlocks: allocations.NodeBlocks}
+	s.Status = &StatusREST{store: &statusStore, main: store, nodeBlocks: allocations.NodeBlocks}
 	return s, nil
 }
 
@@ -154,7 +161,81 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 		out, created, err = r.Store.Update(ctx, name, info, createValidation, updateValidation, forceAllowCreate, options)
 		return out, info.picked, err
 	})
+	if err != nil || dryrun.IsDryRun(options.DryRun) {
+		return out, created, err
+	}
+	out, err = protect(ctx, r.Store, out)
 	return out, created, err
+}
+
+// Delete deletes a Network. One that carries the protection finalizer and that no node reports
+// pods attached to is released in the delete itself, one write: the delete is made conditional on
+// the resourceVersion the Network was read unattached at, so a node reporting a pod in between
+// makes it conflict, and it is decided again (then the finalizer holds the Network).
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	for attempt := 1; ; attempt++ {
+		opts := &metav1.DeleteOptions{}
+		if options != nil {
+			opts = options.DeepCopy()
+		}
+		deleteCtx, guarded := ctx, false
+		if current, err := r.Store.Get(ctx, name, &metav1.GetOptions{}); err == nil {
+			if n, ok := current.(*samplecrd.Network); ok && n.DeletionTimestamp == nil && !network.Attached(n) &&
+				slices.Contains(n.Finalizers, samplecrd.ProtectionFinalizer) {
+				if opts.Preconditions == nil {
+					opts.Preconditions = &metav1.Preconditions{}
+				}
+				if opts.Preconditions.ResourceVersion == nil {
+					rv := n.ResourceVersion
+					opts.Preconditions.ResourceVersion, guarded = &rv, true
+				}
+				deleteCtx = network.WithReleaseInDelete(ctx)
+			}
+		}
+		out, deleted, err := r.Store.Delete(deleteCtx, name, deleteValidation, opts)
+		if guarded && apierrors.IsConflict(err) && attempt < protectionAttempts {
+			continue // written meanwhile: decide again
+		}
+		if err != nil || deleted || dryrun.IsDryRun(opts.DryRun) {
+			return out, deleted, err
+		}
+		out, err = protect(ctx, r.Store, out)
+		return out, released(out), err
+	}
+}
+
+// DeleteCollection deletes Networks (a namespace going, say), releasing each as Delete does.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions,
+	listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	out, err := r.Store.DeleteCollection(ctx, deleteValidation, options, listOptions)
+	if err != nil || (options != nil && dryrun.IsDryRun(options.DryRun)) {
+		return out, err
+	}
+	list, ok := out.(*samplecrd.NetworkList)
+	if !ok {
+		return out, nil
+	}
+	// The list is what was listed before the deletes: each Network is read again as its delete
+	// left it.
+	var errs []error
+	for i := range list.Items {
+		item := &list.Items[i]
+		current, err := r.Store.Get(genericapirequest.WithNamespace(ctx, item.Namespace), item.Name, &metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if n, ok := current.(*samplecrd.Network); !ok || n.UID != item.UID || n.DeletionTimestamp == nil {
+			continue
+		}
+		if _, err := protect(ctx, r.Store, current); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return list, utilerrors.NewAggregate(errs)
 }
 
 // creatingObjectInfo is the object an update writes. When the update creates the Network
@@ -212,7 +293,13 @@ func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.Updat
 	if r.nodeBlocks != nil {
 		objInfo = blocksChecker{UpdatedObjectInfo: objInfo, nodeBlocks: r.nodeBlocks}
 	}
-	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+	out, created, err := r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+	if err != nil || dryrun.IsDryRun(options.DryRun) {
+		return out, created, err
+	}
+	// A node's report of no attachments is what releases a Network being deleted.
+	out, err = protect(ctx, r.main, out)
+	return out, created, err
 }
 
 // GetResetFields returns the fields a status write resets, for server-side apply.
