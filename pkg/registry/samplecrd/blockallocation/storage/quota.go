@@ -75,9 +75,9 @@ func (q *Quota) checkQuota(ctx context.Context, n *samplecrd.Network, prefix net
 			continue
 		}
 		used = int64(e.Attachments)
-		source = fmt.Sprintf("%d attachments", e.Attachments)
+		source = fmt.Sprintf("%d attachments in its status.nodes entry", e.Attachments)
 		if e.Leases != nil {
-			source = fmt.Sprintf("%d leases, %d attachments", *e.Leases, e.Attachments)
+			source = fmt.Sprintf("%d leases, %d attachments in its status.nodes entry", *e.Leases, e.Attachments)
 			used = max(used, int64(*e.Leases))
 		}
 	}
@@ -86,7 +86,7 @@ func (q *Quota) checkQuota(ctx context.Context, n *samplecrd.Network, prefix net
 		return nil
 	}
 	return apierrors.NewForbidden(samplecrd.Resource("networks/blockclaims"), n.Name,
-		fmt.Errorf("node %s may not claim another block of network %s/%s: its %d blocks hold %d free addresses (%d usable, %s in its status.nodes entry), "+
+		fmt.Errorf("node %s may not claim another block of network %s/%s: its %d blocks hold %d free addresses (%d usable, %s), "+
 			"and a node claims only below %d free (--max-free-addresses-per-node)",
 			node, n.Namespace, n.Name, len(current.Blocks), free, total, source, q.MaxFree))
 }
