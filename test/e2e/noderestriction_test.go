@@ -180,12 +180,20 @@ subjects:
 	refused("JSON patch adding a finalizer", err, "change metadata.finalizers of network default/web")
 	_, err = n1.Patch(ctx, "web", types.ApplyPatchType, applyBody(`{"conditions":[{"type":"Unavailable","status":"True","reason":"Lies","message":"x","lastTransitionTime":"2026-01-01T00:00:00Z"}]}`), applyOpts, "status")
 	refused("server-side apply of a Network condition", err, "change status.conditions of network default/web")
-	// PUT: the Network as read, with node2's entry changed, to status and to the main resource.
-	put := web.DeepCopy()
-	put.Status.Nodes[node2Index].Ready = false
+	// PUT: the Network as just read, with node2's entry changed, to status and to the main resource.
+	fresh := func() *samplecrdv1.Network {
+		t.Helper()
+		n, err := networks.Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	put := fresh()
+	put.Status.Nodes[index(put, "node2")].Ready = false
 	_, err = n1.UpdateStatus(ctx, put, metav1.UpdateOptions{})
 	refused("PUT of status with node2's entry changed", err, "change status.nodes[node2] of network default/web")
-	put = web.DeepCopy()
+	put = fresh()
 	put.Labels = map[string]string{"owned-by": "node1"}
 	_, err = n1.Update(ctx, put, metav1.UpdateOptions{})
 	refused("PUT of the Network with a label", err, "change metadata.labels of network default/web")
