@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -31,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	samplecrdv1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
@@ -269,5 +271,55 @@ subjects:
 	}
 	if e := after.Status.Nodes[index(after, "node1")]; e.Message != "strategic merge patch of its own entry" {
 		t.Errorf("node1's own entry: %+v", e)
+	}
+}
+
+// TestStandaloneNodeRestriction: a standalone server writes a per-node agent kubeconfig
+// (--agent-kubeconfig-nodes); with it node1 writes its own entry and claims its own blocks, and is
+// refused node2's entry, the spec and a claim for node2.
+func TestStandaloneNodeRestriction(t *testing.T) {
+	netnstest.RequireRoot(t)
+	s := startStandalone(t, "--controllers=false", "--agent-kubeconfig-nodes=node1")
+	ctx := context.Background()
+	admin := s.clientset(t)
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(s.dataDir, "agent-node1.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node1, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	web, err := admin.SamplecrdV1().Networks("default").Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: samplecrdv1.NetworkSpec{CIDR: "10.42.0.0/24"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := func(node string) samplecrdv1.NetworkNodeStatus {
+		return samplecrdv1.NetworkNodeStatus{NodeName: node, Bridge: "nwweb", Ready: true, ObservedGeneration: web.Generation, IPAMMode: "Blocks"}
+	}
+	if _, err := nodestatus.ApplyNodeEntry(ctx, admin, web, entry("node2"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodestatus.ApplyNodeEntry(ctx, node1, web, entry("node1"), ""); err != nil {
+		t.Errorf("node1's own entry with its standalone credential: %v", err)
+	}
+	if _, err := node1.SamplecrdV1().Networks("default").ClaimBlocks(ctx, "web", &samplecrdv1.BlockClaim{NodeName: "node1"}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("node1's own claim: %v", err)
+	}
+	const who = `networks.samplecrd.k8s.io "web" is forbidden: node node1 may not `
+	e := entry("node2")
+	e.Ready = false
+	if _, err := nodestatus.ApplyNodeEntry(ctx, node1, web, e, ""); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), who+"change status.nodes[node2]") {
+		t.Errorf("node1 applying node2's entry: %v", err)
+	}
+	_, err = node1.SamplecrdV1().Networks("default").ClaimBlocks(ctx, "web", &samplecrdv1.BlockClaim{NodeName: "node2"}, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), who+"claim blocks of network default/web for node node2") {
+		t.Errorf("node1 claiming for node2: %v", err)
+	}
+	// The spec: the agents' permissions (as the ClusterRole in a cluster) do not reach it.
+	_, err = node1.SamplecrdV1().Networks("default").Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"gateway":"10.42.0.9"}}`), metav1.PatchOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("node1 patching the spec: %v", err)
 	}
 }

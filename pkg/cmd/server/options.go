@@ -28,9 +28,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
@@ -81,6 +83,9 @@ type Options struct {
 	MaxFreeAddressesPerNode int
 	// AgentIdentity are the user names and groups of the node agents (NetworkNodeRestriction).
 	AgentIdentity []string
+	// AgentKubeconfigNodes (standalone) are the nodes whose agent kubeconfigs are written to
+	// <data-dir>/agent-<node>.kubeconfig.
+	AgentKubeconfigNodes []string
 	// VNIRange is the range Networks' VNIs come from, "first-last".
 	VNIRange string
 	// BlockReleaseGrace is the least time between the two observations that release a node's
@@ -184,6 +189,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"User names and groups whose requests are node agents': with a node name (user extra authentication.kubernetes.io/node-name, or a user name "+
 			"system:network-agent:<node>) they may change only their node's status.nodes entry and claim blocks for their node (NetworkNodeRestriction admission plugin); "+
 			"without one they may write nothing.")
+	fs.StringSliceVar(&o.AgentKubeconfigNodes, "agent-kubeconfig-nodes", o.AgentKubeconfigNodes,
+		"Standalone: write <data-dir>/agent-<node>.kubeconfig for each of these nodes, with a token (derived from the admin token) "+
+			"that authenticates as system:network-agent:<node>, for `network-apiserver agent --kubeconfig` on that node.")
 	fs.StringVar(&o.VNIRange, "vni-range", o.VNIRange,
 		"The VXLAN network identifiers Networks get, first-last (inclusive, 1 to 16777215); each Network holds one, unique cluster-wide. Narrowing it leaves VNIs outside it held.")
 	fs.DurationVar(&o.BlockReleaseGrace, "block-release-grace", o.BlockReleaseGrace,
@@ -275,6 +283,11 @@ func (o *Options) Validate() error {
 	if o.MaxBlocksPerNode < 1 || o.MaxBlocksPerNode > 64 {
 		// A release deletes every block of a node in one transaction: within etcd's default --max-txn-ops of 128.
 		errs = append(errs, fmt.Errorf("--max-blocks-per-node %d must be between 1 and 64", o.MaxBlocksPerNode))
+	}
+	for _, node := range o.AgentKubeconfigNodes {
+		if msgs := apimachineryvalidation.NameIsDNSSubdomain(node, false); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--agent-kubeconfig-nodes %q: %s", node, strings.Join(msgs, "; ")))
+		}
 	}
 	if o.MaxFreeAddressesPerNode < 0 {
 		errs = append(errs, fmt.Errorf("--max-free-addresses-per-node %d must not be negative", o.MaxFreeAddressesPerNode))

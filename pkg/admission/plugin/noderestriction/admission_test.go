@@ -142,7 +142,11 @@ func TestValidate(t *testing.T) {
 			obj: edit(func(n *samplecrd.Network) { n.OwnerReferences = []metav1.OwnerReference{{Name: "x"}} }), old: network(),
 			want: "metadata.ownerReferences"},
 		{name: "spec, labels and an entry at once", user: agentOn("node1"), op: admission.Update,
-			obj: edit(func(n *samplecrd.Network) { n.Spec.Gateway = "10.0.0.2"; n.Labels = nil; n.Status.Nodes[1].Bridge = "x" }), old: network(),
+			obj: edit(func(n *samplecrd.Network) {
+				n.Spec.Gateway = "10.0.0.2"
+				n.Labels = nil
+				n.Status.Nodes[1].Bridge = "x"
+			}), old: network(),
 			want: "change spec, metadata.labels and status.nodes[node2] of network default/web"},
 		{name: "create a Network", user: agentOn("node1"), op: admission.Create, obj: network(),
 			want: "node node1 may not create networks default/web"},
