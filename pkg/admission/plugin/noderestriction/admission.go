@@ -29,6 +29,7 @@ import (
 	"slices"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
 
@@ -137,6 +138,7 @@ func describe(a admission.Attributes) string {
 // Fields the server derives or keeps itself are not counted: metadata the server manages
 // (resourceVersion, managedFields, generation), and, while node entries exist, the Ready
 // condition and status.observedGeneration, which the status strategy derives from the entries.
+// Without entries, the Ready condition may be dropped (not set or changed).
 func Changes(node string, n, old *samplecrd.Network) []string {
 	var changed []string
 	if !apiequality.Semantic.DeepEqual(n.Spec, old.Spec) {
@@ -196,7 +198,14 @@ func Changes(node string, n, old *samplecrd.Network) []string {
 	if !derived && n.Status.ObservedGeneration != old.Status.ObservedGeneration {
 		changed = append(changed, "status.observedGeneration")
 	}
-	if !apiequality.Semantic.DeepEqual(conditions(n, derived), conditions(old, derived)) {
+	oldConditions := conditions(old, derived)
+	if !derived && apimeta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady) == nil {
+		// The node's field manager may own a Ready condition an older agent wrote (it reported
+		// a Network-level condition when it lacked NET_ADMIN): its applies and its withdrawal
+		// drop it. Dropping says nothing false; setting it is refused.
+		oldConditions = conditions(old, true)
+	}
+	if !apiequality.Semantic.DeepEqual(conditions(n, derived), oldConditions) {
 		changed = append(changed, "status.conditions")
 	}
 	return changed

@@ -119,9 +119,27 @@ func TestValidate(t *testing.T) {
 			obj: edit(func(n *samplecrd.Network) {
 				n.Status.Conditions = append(n.Status.Conditions, metav1.Condition{Type: "Unavailable", Status: metav1.ConditionTrue})
 			}), old: network(), want: "node node1 may not change status.conditions of network default/web"},
-		{name: "Ready without node entries", user: agentOn("node1"), op: admission.Update, subresource: "status",
+		{name: "Ready dropped without node entries", user: agentOn("node1"), op: admission.Update, subresource: "status",
 			obj: edit(func(n *samplecrd.Network) { n.Status.Nodes = nil; n.Status.Conditions = nil }),
+			old: edit(func(n *samplecrd.Network) { n.Status.Nodes = nil })},
+		{name: "withdrawn last entry drops the Ready an older agent owned", user: agentOn("node1"), op: admission.Update, subresource: "status",
+			obj: edit(func(n *samplecrd.Network) { n.Status.Nodes = nil; n.Status.Conditions = nil }),
+			old: edit(func(n *samplecrd.Network) { n.Status.Nodes = n.Status.Nodes[:1] })},
+		{name: "Ready set without node entries", user: agentOn("node1"), op: admission.Update, subresource: "status",
+			obj: edit(func(n *samplecrd.Network) { n.Status.Nodes = nil }),
+			old: edit(func(n *samplecrd.Network) { n.Status.Nodes = nil; n.Status.Conditions = nil }), want: "status.conditions"},
+		{name: "Ready changed without node entries", user: agentOn("node1"), op: admission.Update, subresource: "status",
+			obj: edit(func(n *samplecrd.Network) {
+				n.Status.Nodes = nil
+				n.Status.Conditions[0].Status = metav1.ConditionFalse
+			}),
 			old: edit(func(n *samplecrd.Network) { n.Status.Nodes = nil }), want: "status.conditions"},
+		{name: "another condition dropped without node entries", user: agentOn("node1"), op: admission.Update, subresource: "status",
+			obj: edit(func(n *samplecrd.Network) { n.Status.Nodes = nil; n.Status.Conditions = nil }),
+			old: edit(func(n *samplecrd.Network) {
+				n.Status.Nodes = nil
+				n.Status.Conditions = append(n.Status.Conditions, metav1.Condition{Type: "Degraded", Status: metav1.ConditionTrue})
+			}), want: "status.conditions"},
 		{name: "observedGeneration without node entries", user: agentOn("node1"), op: admission.Update, subresource: "status",
 			obj: edit(func(n *samplecrd.Network) { n.Status.Nodes = nil; n.Status.ObservedGeneration = 9 }),
 			old: edit(func(n *samplecrd.Network) { n.Status.Nodes = nil }), want: "status.observedGeneration"},
