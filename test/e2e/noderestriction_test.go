@@ -23,6 +23,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -178,8 +179,8 @@ subjects:
 	refused("merge patch of the spec", err, "change spec of network default/web")
 	_, err = n1.Patch(ctx, "web", types.StrategicMergePatchType, []byte(`{"metadata":{"labels":{"owned-by":"node1"}}}`), metav1.PatchOptions{})
 	refused("strategic merge patch of a label", err, "change metadata.labels of network default/web")
-	_, err = n1.Patch(ctx, "web", types.JSONPatchType, []byte(`[{"op":"add","path":"/metadata/finalizers","value":["`+nodestatus.ProtectionFinalizer+`"]}]`), metav1.PatchOptions{})
-	refused("JSON patch adding a finalizer", err, "change metadata.finalizers of network default/web")
+	_, err = n1.Patch(ctx, "web", types.JSONPatchType, []byte(`[{"op":"add","path":"/metadata/finalizers","value":["example.com/held-by-node1"]}]`), metav1.PatchOptions{})
+	refused("JSON patch setting a finalizer", err, "change metadata.finalizers of network default/web")
 	_, err = n1.Patch(ctx, "web", types.ApplyPatchType, applyBody(`{"conditions":[{"type":"Unavailable","status":"True","reason":"Lies","message":"x","lastTransitionTime":"2026-01-01T00:00:00Z"}]}`), applyOpts, "status")
 	refused("server-side apply of a Network condition", err, "change status.conditions of network default/web")
 	// PUT: the Network as just read, with node2's entry changed, to status and to the main resource.
@@ -266,7 +267,7 @@ subjects:
 	if e := after.Status.Nodes[index(after, "node2")]; !e.Ready || e.Message != "node2's own report" || e.Attachments != 0 {
 		t.Errorf("node2's entry changed: %+v", e)
 	}
-	if after.Spec.Gateway != web.Spec.Gateway || len(after.Labels) != 0 || len(after.Finalizers) != 0 || len(after.Status.Conditions) != 1 {
+	if after.Spec.Gateway != web.Spec.Gateway || len(after.Labels) != 0 || !slices.Equal(after.Finalizers, web.Finalizers) || len(after.Status.Conditions) != 1 {
 		t.Errorf("web changed: spec %+v labels %v finalizers %v conditions %+v", after.Spec, after.Labels, after.Finalizers, after.Status.Conditions)
 	}
 	if e := after.Status.Nodes[index(after, "node1")]; e.Message != "strategic merge patch of its own entry" {
