@@ -74,6 +74,8 @@ type ExtraConfig struct {
 	// NodeLabels, when set (attached mode), tells Nodes' labels: claims for a node a Network's
 	// spec.nodeSelector does not select are refused. nil (standalone): the agents' check alone.
 	NodeLabels blockstorage.NodeLabelsFunc
+	// ClaimQuota, when set, bounds the free addresses a node agent holds before it claims more.
+	ClaimQuota *blockstorage.Quota
 	// VNIs are the Networks' VNI keys; nil assigns no VNIs.
 	VNIs *segment.VNIs
 	// BlockReleaseGrace is the least time between the two observations that release a node's
@@ -147,7 +149,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["blockallocations"] = blockAllocations
 		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["networks/blockclaims"] = &blockstorage.ClaimREST{
-			Blocks: c.extra.Blocks, Networks: storage.Etcd, Objects: blockAllocations.Etcd, Sizes: sizes, NodeLabels: c.extra.NodeLabels}
+			Blocks: c.extra.Blocks, Networks: storage.Etcd, Objects: blockAllocations.Etcd, Sizes: sizes, NodeLabels: c.extra.NodeLabels,
+			Quota: c.extra.ClaimQuota}
 	}
 	group.VersionedResourcesStorageMap[v1beta1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"networks":        &v1beta1Networks{storage.Network},

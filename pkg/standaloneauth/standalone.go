@@ -16,7 +16,8 @@ limitations under the License.
 
 // Package standaloneauth is the authentication and authorization of a standalone network-apiserver
 // (no core Kubernetes API to delegate to): one admin bearer token, kept in a file, and a kubeconfig
-// for it; anonymous requests reach the health endpoints only.
+// for it; per-node agent tokens derived from it (agents.go); anonymous requests reach the health
+// endpoints only.
 package standaloneauth
 
 import (
@@ -70,8 +71,10 @@ func LoadOrCreateAdminToken(file string) (string, error) {
 	return token, nil
 }
 
-// Apply makes the admin token the only credential: its holder is in system:masters
-// and may do anything; anonymous requests reach the health endpoints only.
+// Apply makes the admin token and the agent tokens derived from it (AgentToken) the only
+// credentials: the admin is in system:masters and may do anything, an agent may do what the
+// agents' ClusterRole allows in a cluster (agentAuthorizer); anonymous requests reach the
+// health endpoints only.
 func Apply(config *genericapiserver.Config, token string) error {
 	admin := &authenticator.Response{User: &user.DefaultInfo{
 		Name:   AdminUser,
@@ -93,15 +96,20 @@ func Apply(config *genericapiserver.Config, token string) error {
 	config.Authorization.Authorizer, err = authorizerunion.New(
 		authorizerunion.NamedAuthorizer{AuthorizerName: "health-paths", Authorizer: healthAuthz},
 		authorizerunion.NamedAuthorizer{AuthorizerName: "admin", Authorizer: authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)},
+		authorizerunion.NamedAuthorizer{AuthorizerName: "agents", Authorizer: agentAuthorizer()},
 	)
 	return err
 }
 
-// adminToken accepts exactly the admin token, compared in constant time.
+// adminToken accepts exactly the admin token, compared in constant time, and the agent tokens
+// derived from it.
 func adminToken(token string, admin *authenticator.Response) authenticator.Token {
 	return authenticator.TokenFunc(func(_ context.Context, presented string) (*authenticator.Response, bool, error) {
 		if subtle.ConstantTimeCompare([]byte(presented), []byte(token)) == 1 {
 			return admin, true, nil
+		}
+		if agent, ok := agentUser(token, presented); ok {
+			return agent, true, nil
 		}
 		return nil, false, nil
 	})

@@ -22,12 +22,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 
+	"github.com/samplecrd/network-apiserver/pkg/admission/nodeidentity"
 	"github.com/samplecrd/network-apiserver/pkg/admission/template"
 )
 
 // WantsTemplateSource is implemented by plugins that read the network template.
 type WantsTemplateSource interface {
 	SetTemplateSource(template.Source)
+	admission.InitializationValidator
+}
+
+// WantsAgentIdentity is implemented by plugins that tell node agents' requests apart.
+type WantsAgentIdentity interface {
+	SetAgentIdentity(nodeidentity.Identity)
 	admission.InitializationValidator
 }
 
@@ -40,11 +47,12 @@ type WantsScheme interface {
 type initializer struct {
 	templates template.Source
 	scheme    *runtime.Scheme
+	agents    nodeidentity.Identity
 }
 
 // New returns the initializer.
-func New(templates template.Source, scheme *runtime.Scheme) admission.PluginInitializer {
-	return initializer{templates: templates, scheme: scheme}
+func New(templates template.Source, scheme *runtime.Scheme, agents nodeidentity.Identity) admission.PluginInitializer {
+	return initializer{templates: templates, scheme: scheme, agents: agents}
 }
 
 // Initialize hands each plugin what it asks for.
@@ -54,5 +62,8 @@ func (i initializer) Initialize(plugin admission.Interface) {
 	}
 	if p, ok := plugin.(WantsScheme); ok {
 		p.SetScheme(i.scheme)
+	}
+	if p, ok := plugin.(WantsAgentIdentity); ok {
+		p.SetAgentIdentity(i.agents)
 	}
 }

@@ -33,21 +33,25 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/samplecrd/network-apiserver/pkg/admission/networkinitializer"
+	"github.com/samplecrd/network-apiserver/pkg/admission/nodeidentity"
 	"github.com/samplecrd/network-apiserver/pkg/admission/plugin/networkprotection"
 	"github.com/samplecrd/network-apiserver/pkg/admission/plugin/networktemplate"
+	"github.com/samplecrd/network-apiserver/pkg/admission/plugin/noderestriction"
 	"github.com/samplecrd/network-apiserver/pkg/admission/template"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver"
 )
 
 // ourPlugins are the admission plugins of network-apiserver; they run in both modes.
-var ourPlugins = []string{networktemplate.PluginName, networkprotection.PluginName}
+var ourPlugins = []string{networktemplate.PluginName, networkprotection.PluginName, noderestriction.PluginName}
 
 // registerAdmissionPlugins adds our plugins to the registry and to the recommended order: the
-// template right after NamespaceLifecycle, so webhooks and policies see the merged Network, and
-// the protection finalizer after it (a template cannot drop it).
+// template right after NamespaceLifecycle, so webhooks and policies see the merged Network; the
+// protection finalizer after it (a template cannot drop it); the node restriction last (it
+// validates only).
 func registerAdmissionPlugins(a *genericoptions.AdmissionOptions) {
 	networktemplate.Register(a.Plugins)
 	networkprotection.Register(a.Plugins)
+	noderestriction.Register(a.Plugins)
 	order := a.RecommendedPluginOrder
 	at := slices.Index(order, lifecycle.PluginName) + 1
 	a.RecommendedPluginOrder = slices.Insert(slices.Clone(order), at, ourPlugins...)
@@ -96,7 +100,12 @@ func (o *Options) admissionInitializers(c *genericapiserver.RecommendedConfig) (
 	if err != nil {
 		return nil, err
 	}
-	return []admission.PluginInitializer{networkinitializer.New(source, apiserver.Scheme)}, nil
+	return []admission.PluginInitializer{networkinitializer.New(source, apiserver.Scheme, o.agentIdentity())}, nil
+}
+
+// agentIdentity is --agent-identity: whose requests are node agents'.
+func (o *Options) agentIdentity() nodeidentity.Identity {
+	return nodeidentity.Identity{Agents: slices.Clone(o.AgentIdentity)}
 }
 
 // validateStandaloneAdmission refuses plugins that need a core Kubernetes API.

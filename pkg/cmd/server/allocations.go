@@ -105,5 +105,6 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 			MaxPerNode: o.MaxBlocksPerNode},
 		VNIs:              segment.New(client, storage.Prefix+"/segments", vniRange),
 		BlockReleaseGrace: o.BlockReleaseGrace,
+		ClaimQuota:        &blockstorage.Quota{Identity: o.agentIdentity(), MaxFree: int64(o.MaxFreeAddressesPerNode)},
 	}, client, nil
 }

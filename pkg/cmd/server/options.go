@@ -27,9 +27,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
@@ -41,6 +44,7 @@ import (
 	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
+	"github.com/samplecrd/network-apiserver/pkg/admission/nodeidentity"
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver"
@@ -75,6 +79,13 @@ type Options struct {
 	// BlockPrefixLengthV4 and V6 are the preferred sizes of the nodes' address blocks, and
 	// MaxBlocksPerNode caps the blocks a node holds in one Network.
 	BlockPrefixLengthV4, BlockPrefixLengthV6, MaxBlocksPerNode int
+	// MaxFreeAddressesPerNode is the claim quota of node agents (0: none).
+	MaxFreeAddressesPerNode int
+	// AgentIdentity are the user names and groups of the node agents (NetworkNodeRestriction).
+	AgentIdentity []string
+	// AgentKubeconfigNodes (standalone) are the nodes whose agent kubeconfigs are written to
+	// <data-dir>/agent-<node>.kubeconfig.
+	AgentKubeconfigNodes []string
 	// VNIRange is the range Networks' VNIs come from, "first-last".
 	VNIRange string
 	// BlockReleaseGrace is the least time between the two observations that release a node's
@@ -115,6 +126,8 @@ func NewOptions(out io.Writer) *Options {
 		BlockPrefixLengthV4:      blockstorage.DefaultBlockSizes.IPv4,
 		BlockPrefixLengthV6:      blockstorage.DefaultBlockSizes.IPv6,
 		MaxBlocksPerNode:         blockstorage.DefaultBlockSizes.MaxPerNode,
+		MaxFreeAddressesPerNode:  blockstorage.DefaultMaxFreeAddresses,
+		AgentIdentity:            slices.Clone(nodeidentity.DefaultAgents),
 		VNIRange:                 segment.DefaultRange.String(),
 		BlockReleaseGrace:        release.DefaultGrace,
 		Out:                      out,
@@ -169,6 +182,16 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Preferred prefix length of the IPv6 address blocks nodes claim; adapted per Network like the IPv4 one (at most /126).")
 	fs.IntVar(&o.MaxBlocksPerNode, "max-blocks-per-node", o.MaxBlocksPerNode,
 		"Most address blocks one node may hold in one Network.")
+	fs.IntVar(&o.MaxFreeAddressesPerNode, "max-free-addresses-per-node", o.MaxFreeAddressesPerNode,
+		"A node agent (--agent-identity) whose address blocks of a Network already hold this many free addresses, counting the leases its status.nodes entry reports, "+
+			"may claim no more blocks of it (403). Keep it well above the agents' --min-free-addresses; 0 turns the quota off.")
+	fs.StringSliceVar(&o.AgentIdentity, "agent-identity", o.AgentIdentity,
+		"User names and groups whose requests are node agents': with a node name (user extra authentication.kubernetes.io/node-name, or a user name "+
+			"system:network-agent:<node>) they may change only their node's status.nodes entry and claim blocks for their node (NetworkNodeRestriction admission plugin); "+
+			"without one they may write nothing.")
+	fs.StringSliceVar(&o.AgentKubeconfigNodes, "agent-kubeconfig-nodes", o.AgentKubeconfigNodes,
+		"Standalone: write <data-dir>/agent-<node>.kubeconfig for each of these nodes, with a token (derived from the admin token) "+
+			"that authenticates as system:network-agent:<node>, for `network-apiserver agent --kubeconfig` on that node.")
 	fs.StringVar(&o.VNIRange, "vni-range", o.VNIRange,
 		"The VXLAN network identifiers Networks get, first-last (inclusive, 1 to 16777215); each Network holds one, unique cluster-wide. Narrowing it leaves VNIs outside it held.")
 	fs.DurationVar(&o.BlockReleaseGrace, "block-release-grace", o.BlockReleaseGrace,
@@ -260,6 +283,14 @@ func (o *Options) Validate() error {
 	if o.MaxBlocksPerNode < 1 || o.MaxBlocksPerNode > 64 {
 		// A release deletes every block of a node in one transaction: within etcd's default --max-txn-ops of 128.
 		errs = append(errs, fmt.Errorf("--max-blocks-per-node %d must be between 1 and 64", o.MaxBlocksPerNode))
+	}
+	for _, node := range o.AgentKubeconfigNodes {
+		if msgs := apimachineryvalidation.NameIsDNSSubdomain(node, false); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--agent-kubeconfig-nodes %q: %s", node, strings.Join(msgs, "; ")))
+		}
+	}
+	if o.MaxFreeAddressesPerNode < 0 {
+		errs = append(errs, fmt.Errorf("--max-free-addresses-per-node %d must not be negative", o.MaxFreeAddressesPerNode))
 	}
 	if _, err := segment.ParseRange(o.VNIRange); err != nil {
 		errs = append(errs, fmt.Errorf("--vni-range: %w", err))

@@ -18,11 +18,14 @@ package server
 
 import (
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
 	"k8s.io/apiserver/pkg/features"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+
+	"github.com/samplecrd/network-apiserver/pkg/admission/plugin/noderestriction"
 )
 
 func parsedOptions(t *testing.T, args ...string) *Options {
@@ -104,6 +107,8 @@ func TestValidateRejectsBadFlags(t *testing.T) {
 		"VNI range reversed": {[]string{"--vni-range", "9-7"}, "--vni-range"},
 		"VNI over 24 bits":   {[]string{"--vni-range", "1-16777216"}, "--vni-range"},
 		"VNI range no dash":  {[]string{"--vni-range", "5000"}, "--vni-range"},
+		"negative quota":     {[]string{"--max-free-addresses-per-node", "-1"}, "--max-free-addresses-per-node"},
+		"bad agent node":     {[]string{"--agent-kubeconfig-nodes", "node1,Node_2"}, `--agent-kubeconfig-nodes "Node_2"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := parsedOptions(t, tc.args...)
@@ -112,6 +117,24 @@ func TestValidateRejectsBadFlags(t *testing.T) {
 				t.Fatalf("Validate() = %v, want an error naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// The node restriction is on by default, for the deployed agents' ServiceAccount and the group of
+// per-node credentials, with the claim quota.
+func TestNodeRestrictionDefaults(t *testing.T) {
+	a := NewOptions(io.Discard).Recommended.Admission
+	if !slices.Contains(a.RecommendedPluginOrder, noderestriction.PluginName) || a.DefaultOffPlugins.Has(noderestriction.PluginName) {
+		t.Errorf("%s not on by default: order %v", noderestriction.PluginName, a.RecommendedPluginOrder)
+	}
+	o := parsedOptions(t)
+	if !slices.Equal(o.AgentIdentity, []string{"system:serviceaccount:network-agent:network-agent", "system:network-agents"}) ||
+		o.MaxFreeAddressesPerNode != 128 {
+		t.Errorf("--agent-identity %v, --max-free-addresses-per-node %d", o.AgentIdentity, o.MaxFreeAddressesPerNode)
+	}
+	o = parsedOptions(t, "--agent-identity", "system:serviceaccount:kube-system:agent,my-agents")
+	if got := o.agentIdentity().Agents; !slices.Equal(got, []string{"system:serviceaccount:kube-system:agent", "my-agents"}) {
+		t.Errorf("--agent-identity parsed as %v", got)
 	}
 }
 

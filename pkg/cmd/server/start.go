@@ -187,6 +187,16 @@ func (o *Options) announceAdminKubeconfig() error {
 		return err
 	}
 	klog.InfoS("Admin kubeconfig written", "path", file, "server", server)
+	for _, node := range o.AgentKubeconfigNodes {
+		file, err := filepath.Abs(filepath.Join(o.DataDir, "agent-"+node+".kubeconfig"))
+		if err != nil {
+			return err
+		}
+		if err := standaloneauth.WriteAgentKubeconfig(file, server, caPEM, token, node); err != nil {
+			return err
+		}
+		klog.InfoS("Agent kubeconfig written", "node", node, "path", file)
+	}
 	fmt.Fprintf(o.Out, "\nnetwork-apiserver is serving at %s. Try:\n\n  kubectl --kubeconfig %s get networks\n\n", server, file)
 	return nil
 }

@@ -80,6 +80,8 @@ type ClaimREST struct {
 	// NodeLabels, when set, tells the labels of Nodes: a claim for a node the Network's
 	// spec.nodeSelector does not select is refused (see checkSelected).
 	NodeLabels NodeLabelsFunc
+	// Quota, when set, bounds the free addresses a node agent holds before it claims more (quota.go).
+	Quota *Quota
 }
 
 var (
@@ -285,6 +287,9 @@ func (r *ClaimREST) claimOnce(ctx context.Context, ns, name, netKey, objName, ob
 	if len(current.Blocks) >= r.Sizes.MaxPerNode {
 		return nil, exhausted(name, fmt.Sprintf("%s: node %s holds %d blocks, the most one node may hold (--max-blocks-per-node)",
 			prefix, node, len(current.Blocks)))
+	}
+	if err := r.Quota.checkQuota(ctx, n, prefix, sn.gateway, current); err != nil {
+		return nil, err
 	}
 	block, err := r.pick(ctx, string(n.UID), prefix)
 	if err != nil {
