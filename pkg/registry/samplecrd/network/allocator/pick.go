@@ -48,15 +48,20 @@ func (a *Allocator) Pick(ctx context.Context, scope string, pool netip.Prefix, b
 	return free[rand.IntN(len(free))], nil
 }
 
+// blockPickSpread is how many of the lowest free blocks PickBlock chooses among.
+const blockPickSpread = 4
+
 // PickBlock returns a free /bits of pool in scope for a node's block: a random one of the lowest
-// 32, so that nodes claiming at once rarely pick the same. Nothing in scope may extend beyond pool.
+// blockPickSpread. Blocks fill a prefix from its low end, so its high end stays free the longest
+// (where an administrator can still move the gateway), and nodes claiming at once still rarely
+// pick the same; a claim that loses a race picks again. Nothing in scope may extend beyond pool.
 // It returns an *ExhaustedError when no free /bits is left.
 func (a *Allocator) PickBlock(ctx context.Context, scope string, pool netip.Prefix, bits int) (netip.Prefix, error) {
 	pool = pool.Masked()
 	if bits < pool.Bits() || bits > pool.Addr().BitLen() {
 		return netip.Prefix{}, &ExhaustedError{Pool: pool, Bits: bits}
 	}
-	free, err := a.freeBlocksWithin(ctx, scope, pool, bits, 32, true)
+	free, err := a.freeBlocksWithin(ctx, scope, pool, bits, blockPickSpread, true)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
