@@ -24,7 +24,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
+	storeerr "k8s.io/apiserver/pkg/storage/errors"
 	"k8s.io/klog/v2"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
@@ -69,13 +72,13 @@ func protect(ctx context.Context, store protectionStore, obj runtime.Object) (ru
 			}
 			return out, nil
 		case apierrors.IsNotFound(err):
-			return next, nil // gone meanwhile
+			return gone(next), nil
 		case !apierrors.IsConflict(err) || attempt == protectionAttempts:
 			return n, err
 		}
 		fresh, err := store.Get(ctx, n.Name, &metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return next, nil
+			return gone(next), nil
 		}
 		if err != nil {
 			return n, err
@@ -101,9 +104,57 @@ func (g guardedUpdate) Preconditions() *metav1.Preconditions {
 	return &metav1.Preconditions{UID: &g.uid, ResourceVersion: &g.resourceVersion}
 }
 
+// gone is next for a Network found deleted meanwhile (by another release): released, with no
+// resourceVersion, since no write of this one deleted it.
+func gone(next *samplecrd.Network) *samplecrd.Network {
+	next.ResourceVersion = ""
+	if next.DeletionTimestamp == nil {
+		now := metav1.Now()
+		next.DeletionTimestamp = &now
+	}
+	next.Finalizers = nil
+	return next
+}
+
 // released tells whether obj, as protect returned it, is a Network that the write deleted: being
 // deleted, and no finalizer left.
 func released(obj runtime.Object) bool {
 	n, ok := obj.(*samplecrd.Network)
 	return ok && n.DeletionTimestamp != nil && len(n.Finalizers) == 0
+}
+
+// releasingStore is the generic store of networks as the protection write uses it. A release that
+// empties the finalizers of a Network being deleted deletes it in storage directly, under the same
+// preconditions (UID and the resourceVersion the rule was decided on), and answers the Network as
+// the delete left it: at the delete's revision. The generic store would delete it too, but answer
+// the object of the update, at the revision before the delete, so a DELETE answered that way would
+// name a revision at which the Network still existed.
+type releasingStore struct {
+	*genericregistry.Store
+}
+
+func (s releasingStore) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	g, ok := objInfo.(guardedUpdate)
+	if !ok || (options != nil && len(options.DryRun) > 0) {
+		return s.Store.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+	}
+	next, err := g.UpdatedObject(ctx, nil)
+	n, isNetwork := next.(*samplecrd.Network)
+	if err != nil || !isNetwork || n.DeletionTimestamp == nil || len(n.Finalizers) != 0 {
+		return s.Store.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+	}
+	key, err := s.KeyFunc(ctx, name)
+	if err != nil {
+		return nil, false, err
+	}
+	out := s.NewFunc()
+	if err := s.Storage.Delete(ctx, key, out, &storage.Preconditions{UID: &g.uid, ResourceVersion: &g.resourceVersion},
+		rest.ValidateAllObjectFunc, false, nil, storage.DeleteOptions{}); err != nil {
+		return nil, false, storeerr.InterpretDeleteError(err, samplecrd.Resource("networks"), name)
+	}
+	if deleted, ok := out.(*samplecrd.Network); ok {
+		deleted.Finalizers = nil
+	}
+	return out, false, nil
 }

@@ -164,8 +164,12 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	if err != nil || dryrun.IsDryRun(options.DryRun) {
 		return out, created, err
 	}
-	out, err = protect(ctx, r.Store, out)
-	return out, created, err
+	protected, err := protect(ctx, releasingStore{r.Store}, out)
+	if released(protected) {
+		// The write itself is the answer; the server deleted the Network after it.
+		return out, created, err
+	}
+	return protected, created, err
 }
 
 // Delete deletes a Network. One that carries the protection finalizer and that no node reports
@@ -179,18 +183,27 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 			opts = options.DeepCopy()
 		}
 		deleteCtx, guarded := ctx, false
-		if current, err := r.Store.Get(ctx, name, &metav1.GetOptions{}); err == nil {
-			if n, ok := current.(*samplecrd.Network); ok && n.DeletionTimestamp == nil && !network.Attached(n) &&
-				slices.Contains(n.Finalizers, samplecrd.ProtectionFinalizer) {
-				if opts.Preconditions == nil {
-					opts.Preconditions = &metav1.Preconditions{}
+		current, err := r.Store.Get(ctx, name, &metav1.GetOptions{})
+		if err != nil {
+			// Not there when this delete read it (a create racing the delete is ordered after it),
+			// or unreadable: answered as the store would answer the delete.
+			return nil, false, err
+		}
+		if n, ok := current.(*samplecrd.Network); ok && slices.Contains(n.Finalizers, samplecrd.ProtectionFinalizer) &&
+			!network.Attached(n) && !dryrun.IsDryRun(opts.DryRun) && opts.Preconditions == nil {
+			if n.DeletionTimestamp != nil {
+				// Already being deleted (another delete is releasing it): release it here, or
+				// find it gone.
+				out, err := protect(ctx, releasingStore{r.Store}, n)
+				if err == nil && released(out) && out.(*samplecrd.Network).ResourceVersion == "" {
+					return nil, false, apierrors.NewNotFound(samplecrd.Resource("networks"), name)
 				}
-				if opts.Preconditions.ResourceVersion == nil {
-					rv := n.ResourceVersion
-					opts.Preconditions.ResourceVersion, guarded = &rv, true
-				}
-				deleteCtx = network.WithReleaseInDelete(ctx)
+				return out, released(out), err
 			}
+			rv := n.ResourceVersion
+			opts.Preconditions = &metav1.Preconditions{ResourceVersion: &rv}
+			guarded = true
+			deleteCtx = network.WithReleaseInDelete(ctx)
 		}
 		out, deleted, err := r.Store.Delete(deleteCtx, name, deleteValidation, opts)
 		if guarded && apierrors.IsConflict(err) && attempt < protectionAttempts {
@@ -199,7 +212,10 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 		if err != nil || deleted || dryrun.IsDryRun(opts.DryRun) {
 			return out, deleted, err
 		}
-		out, err = protect(ctx, r.Store, out)
+		out, err = protect(ctx, releasingStore{r.Store}, out)
+		if err == nil && released(out) && out.(*samplecrd.Network).ResourceVersion == "" {
+			return nil, false, apierrors.NewNotFound(samplecrd.Resource("networks"), name)
+		}
 		return out, released(out), err
 	}
 }
@@ -231,7 +247,7 @@ func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.Valid
 		if n, ok := current.(*samplecrd.Network); !ok || n.UID != item.UID || n.DeletionTimestamp == nil {
 			continue
 		}
-		if _, err := protect(ctx, r.Store, current); err != nil {
+		if _, err := protect(ctx, releasingStore{r.Store}, current); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -298,8 +314,12 @@ func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.Updat
 		return out, created, err
 	}
 	// A node's report of no attachments is what releases a Network being deleted.
-	out, err = protect(ctx, r.main, out)
-	return out, created, err
+	protected, err := protect(ctx, releasingStore{r.main}, out)
+	if released(protected) {
+		// The status write itself is the answer; the server deleted the Network after it.
+		return out, created, err
+	}
+	return protected, created, err
 }
 
 // GetResetFields returns the fields a status write resets, for server-side apply.
