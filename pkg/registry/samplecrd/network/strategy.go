@@ -51,10 +51,12 @@ func resetFields(paths ...fieldpath.Path) map[fieldpath.APIVersion]*fieldpath.Se
 	return m
 }
 
-// statusResetPaths are what a status write throws away: the spec, and the metadata that
-// metav1.ResetObjectMetaForStatus restores from the stored object.
+// statusResetPaths are what a status write throws away: the spec, the metadata that
+// metav1.ResetObjectMetaForStatus restores from the stored object, and status.capacity, which the
+// server derives (the entries' capacity too, but a reset path cannot name every list entry).
 var statusResetPaths = []fieldpath.Path{
 	fieldpath.MakePathOrDie("spec"),
+	fieldpath.MakePathOrDie("status", "capacity"),
 	fieldpath.MakePathOrDie("metadata", "labels"),
 	fieldpath.MakePathOrDie("metadata", "annotations"),
 	fieldpath.MakePathOrDie("metadata", "finalizers"),

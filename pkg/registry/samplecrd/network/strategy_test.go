@@ -255,8 +255,9 @@ func TestGetResetFields(t *testing.T) {
 		want     *fieldpath.Set
 	}{
 		{"main resource resets status", NewStrategy(testScheme()).(rest.ResetFieldsStrategy), fieldpath.NewSet(fieldpath.MakePathOrDie("status"))},
-		{"status subresource resets spec and the metadata it restores", NewStatusStrategy(testScheme()).(rest.ResetFieldsStrategy), fieldpath.NewSet(
+		{"status subresource resets spec, the metadata it restores and the derived capacity", NewStatusStrategy(testScheme()).(rest.ResetFieldsStrategy), fieldpath.NewSet(
 			fieldpath.MakePathOrDie("spec"),
+			fieldpath.MakePathOrDie("status", "capacity"),
 			fieldpath.MakePathOrDie("metadata", "labels"),
 			fieldpath.MakePathOrDie("metadata", "annotations"),
 			fieldpath.MakePathOrDie("metadata", "finalizers"),
