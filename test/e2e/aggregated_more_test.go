@@ -330,10 +330,10 @@ webhooks:
 		}
 		wide := c.kubectl(t, "get", "networks", "-n", "examples", "-o", "wide")
 		for _, row := range []string{
-			`NAME\s+CIDR\s+GATEWAY\s+READY\s+AGE\s+REASON\s+OBSERVED`,
-			`backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+Unknown\s+\S+\s+0`,
-			`backend-v6\s+fd00:10::/64\s+fd00:10::fe\s+Unknown\s+\S+\s+0`,
-			`legacy\s+10\.11\.0\.0/24\s+10\.11\.0\.254\s+Unknown\s+\S+\s+0`,
+			`NAME\s+CIDR\s+GATEWAY\s+READY\s+USED\s+AVAILABLE\s+AGE\s+REASON\s+OBSERVED\s+TOTAL\s+ALLOCATED`,
+			`backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+Unknown\s+0\s+253\s+\S+\s+0\s+253\s+0`,
+			`backend-v6\s+fd00:10::/64\s+fd00:10::fe\s+Unknown\s+0\s+18446744073709551614\s+\S+\s+0\s+18446744073709551614\s+0`,
+			`legacy\s+10\.11\.0\.0/24\s+10\.11\.0\.254\s+Unknown\s+0\s+253\s+\S+\s+0\s+253\s+0`,
 		} {
 			if !regexpLine(wide, row) {
 				t.Errorf("get -o wide lacks a line matching %s:\n%s", row, wide)

@@ -131,9 +131,10 @@ func TestAggregatedThroughKubeAPIServer(t *testing.T) {
 	if out := c.kubectl(t, "apply", "-f", "artifacts/examples/network.yaml"); !strings.Contains(out, "network.samplecrd.k8s.io/backend created") {
 		t.Fatalf("apply:\n%s", out)
 	}
-	// No controller runs here (--controllers=false), so READY stays Unknown.
-	if out := c.kubectl(t, "get", "networks"); !regexpLine(out, `NAME\s+CIDR\s+GATEWAY\s+READY\s+AGE`) ||
-		!regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+Unknown\s+\S+`) {
+	// No controller runs here (--controllers=false), so READY stays Unknown; no node leases
+	// anything, so USED is 0 and AVAILABLE all 253 usable addresses of the /24.
+	if out := c.kubectl(t, "get", "networks"); !regexpLine(out, `NAME\s+CIDR\s+GATEWAY\s+READY\s+USED\s+AVAILABLE\s+AGE`) ||
+		!regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+Unknown\s+0\s+253\s+\S+`) {
 		t.Errorf("get networks:\n%s", out)
 	}
 	// kube-apiserver aggregates network-apiserver's OpenAPI; that can trail Available a little.

@@ -233,10 +233,10 @@ func TestStandaloneWithKubectl(t *testing.T) {
 	if err != nil {
 		t.Fatalf("kubectl get networks never showed backend Ready:\n%s", out)
 	}
-	if !regexpLine(out, `NAME\s+CIDR\s+GATEWAY\s+READY\s+AGE`) {
+	if !regexpLine(out, `NAME\s+CIDR\s+GATEWAY\s+READY\s+USED\s+AVAILABLE\s+AGE`) {
 		t.Errorf("columns:\n%s", out)
 	}
-	if out := s.kubectl(t, "get", "net", "-o", "wide"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+True\s+\S+\s+Realized\s+1`) {
+	if out := s.kubectl(t, "get", "net", "-o", "wide"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+True\s+\S+\s+\S+\s+\S+\s+Realized\s+1\s+253\s+\d+`) {
 		t.Errorf("get -o wide:\n%s", out)
 	}
 	if out := s.kubectl(t, "explain", "network.spec.cidr"); !strings.Contains(out, "canonical form") || !strings.Contains(out, "FIELD: cidr <string>") {

@@ -75,6 +75,10 @@ func TestAlcPools(t *testing.T) {
 			if _, err := alcCheckAllocated(n, alcPool6, 64); err != nil {
 				t.Error(err)
 			}
+			// The capacity comes with the allocated prefix, in the create's answer.
+			if c := n.Status.Capacity; c == nil || c.Total != "18446744073709551614" || c.Available != c.Total {
+				t.Errorf("%s: capacity %+v, want total and available 2^64-2", n.Name, c)
+			}
 			if stored := admGet(t, c, "alc-v6", n.Name); stored.Spec.CIDR != n.Spec.CIDR {
 				t.Errorf("%s stored with cidr %q, returned %q", n.Name, stored.Spec.CIDR, n.Spec.CIDR)
 			}

@@ -55,6 +55,34 @@ type NetworkStatus struct {
 	Nodes []NetworkNodeStatus
 	// VNI is the Network's VXLAN segment, assigned by the server (0: none yet). No client sets it.
 	VNI int32
+	// Capacity counts the Network's addresses; derived by the server from spec.cidr, spec.gateway
+	// and Nodes on every status write. No client sets it.
+	Capacity *NetworkCapacity
+}
+
+// NetworkCapacity counts a Network's addresses. Counts are decimal strings: exact for any prefix
+// (an IPv6 /64 has 2^64-2 usable addresses, more than an int64 holds).
+type NetworkCapacity struct {
+	// Total is the number of usable addresses of spec.cidr: all but the network address, the
+	// IPv4 broadcast address and the gateway.
+	Total string
+	// Allocated is the number of usable addresses inside the blocks the nodes report.
+	Allocated string
+	// Used is the number of addresses leased to pods: the sum of the entries' leases. Empty
+	// (unknown) while an entry does not report its leases.
+	Used string
+	// Available is Total - Used; empty when Used is.
+	Available string
+	// NodesWithoutLeases is the number of node entries that do not report leases.
+	NodesWithoutLeases int32
+}
+
+// NodeCapacity counts one node's addresses of a Network.
+type NodeCapacity struct {
+	// Allocated is the number of usable addresses inside the node's blocks.
+	Allocated string
+	// Used is the node's leases; empty when it reports none (unknown).
+	Used string
 }
 
 // NetworkNodeStatus is one node's report on a Network.
@@ -80,6 +108,8 @@ type NetworkNodeStatus struct {
 	IPAMMode string
 	// Leases is the number of addresses leased on the node; nil is unknown, never zero.
 	Leases *int32
+	// Capacity is derived by the server from Blocks and Leases; no client sets it.
+	Capacity *NodeCapacity
 }
 
 // IPAM modes of a node entry.

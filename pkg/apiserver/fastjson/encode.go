@@ -332,6 +332,19 @@ func appendStatus(b []byte, s *v1.NetworkStatus) []byte {
 		f.key("vni")
 		f.b = strconv.AppendInt(f.b, int64(s.VNI), 10)
 	}
+	if c := s.Capacity; c != nil {
+		f.key("capacity")
+		g := fields{b: append(f.b, '{')}
+		g.str("total", c.Total)
+		g.str("allocated", c.Allocated)
+		g.str("used", c.Used)
+		g.str("available", c.Available)
+		if c.NodesWithoutLeases != 0 {
+			g.key("nodesWithoutLeases")
+			g.b = strconv.AppendInt(g.b, int64(c.NodesWithoutLeases), 10)
+		}
+		f.b = append(g.b, '}')
+	}
 	return append(f.b, '}')
 }
 
@@ -392,6 +405,13 @@ func appendNode(b []byte, n *v1.NetworkNodeStatus) []byte {
 	if n.Leases != nil {
 		f.key("leases")
 		f.b = strconv.AppendInt(f.b, int64(*n.Leases), 10)
+	}
+	if c := n.Capacity; c != nil {
+		f.key("capacity")
+		g := fields{b: append(f.b, '{')}
+		g.str("allocated", c.Allocated)
+		g.str("used", c.Used)
+		f.b = append(g.b, '}')
 	}
 	return append(f.b, '}')
 }

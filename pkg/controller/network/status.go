@@ -20,8 +20,6 @@ import (
 	"context"
 	"fmt"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
-
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
@@ -76,7 +74,7 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 	case node.why != "":
 		entry = nodestatus.MarkNodeNotReady(entry, node.why)
 	}
-	if current := nodestatus.FindEntry(n, c.opts.NodeName); current != nil && apiequality.Semantic.DeepEqual(*current, entry) {
+	if current := nodestatus.FindEntry(n, c.opts.NodeName); current != nil && nodestatus.SameReport(*current, entry) {
 		return n, nil
 	}
 	if reason := netbackend.ReasonOf(failure); failure != nil && reason != ReasonTerminating && reason != ReasonNotSelected {

@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"time"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -117,7 +116,7 @@ func (u *Unavailable) processNext(ctx context.Context) bool {
 func (u *Unavailable) needsReport(n *v1.Network) bool {
 	e := nodestatus.FindEntry(n, u.node)
 	want := v1.NetworkNodeStatus{NodeName: u.node, Reason: u.reason, Message: u.message, ObservedGeneration: n.Generation}
-	return e == nil || !apiequality.Semantic.DeepEqual(*e, want)
+	return e == nil || !nodestatus.SameReport(*e, want)
 }
 
 func (u *Unavailable) sync(ctx context.Context, key string) error {

@@ -25,6 +25,7 @@ import (
 	"context"
 	"fmt"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -122,4 +123,11 @@ func FindEntry(n *v1.Network, node string) *v1.NetworkNodeStatus {
 		}
 	}
 	return nil
+}
+
+// SameReport says whether a node's entry already says what it would report: every field but the
+// capacity, which the server derives from the entry and no node writes.
+func SameReport(current, report v1.NetworkNodeStatus) bool {
+	current.Capacity, report.Capacity = nil, nil
+	return apiequality.Semantic.DeepEqual(current, report)
 }

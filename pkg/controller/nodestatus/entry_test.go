@@ -45,3 +45,29 @@ func TestMarkNodeNotReady(t *testing.T) {
 
 // sameEntry compares node entries, which hold slices since issue 23 and so cannot be compared with ==.
 func sameEntry(a, b v1.NetworkNodeStatus) bool { return reflect.DeepEqual(a, b) }
+
+// TestSameReport: the capacity the server adds to a stored entry does not make an agent write its
+// unchanged report again; any field the agent reports does.
+func TestSameReport(t *testing.T) {
+	leases := int32(3)
+	report := v1.NetworkNodeStatus{NodeName: "node-1", Ready: true, ObservedGeneration: 2, Blocks: []string{"10.0.0.64/26"}, Leases: &leases}
+	stored := report
+	stored.Capacity = &v1.NodeCapacity{Allocated: "64", Used: "3"}
+	if !SameReport(stored, report) {
+		t.Errorf("stored entry with the derived capacity differs from the same report")
+	}
+	if stored.Capacity == nil {
+		t.Errorf("SameReport changed its argument's capacity")
+	}
+	more := int32(4)
+	changed := report
+	changed.Leases = &more
+	if SameReport(stored, changed) {
+		t.Errorf("a changed lease count is the same report")
+	}
+	changed = report
+	changed.Blocks = []string{"10.0.0.64/26", "10.0.0.128/26"}
+	if SameReport(stored, changed) {
+		t.Errorf("a new block is the same report")
+	}
+}

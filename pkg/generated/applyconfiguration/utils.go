@@ -34,12 +34,16 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 	// Group=samplecrd.k8s.io, Version=v1
 	case v1.SchemeGroupVersion.WithKind("Network"):
 		return &samplecrdv1.NetworkApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("NetworkCapacity"):
+		return &samplecrdv1.NetworkCapacityApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkNodeStatus"):
 		return &samplecrdv1.NetworkNodeStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkSpec"):
 		return &samplecrdv1.NetworkSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NetworkStatus"):
 		return &samplecrdv1.NetworkStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("NodeCapacity"):
+		return &samplecrdv1.NodeCapacityApplyConfiguration{}
 
 	}
 	return nil

@@ -40,15 +40,19 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.BlockAllocationList{}.OpenAPIModelName():           schema_pkg_apis_samplecrd_v1_BlockAllocationList(ref),
 		v1.BlockClaim{}.OpenAPIModelName():                    schema_pkg_apis_samplecrd_v1_BlockClaim(ref),
 		v1.Network{}.OpenAPIModelName():                       schema_pkg_apis_samplecrd_v1_Network(ref),
+		v1.NetworkCapacity{}.OpenAPIModelName():               schema_pkg_apis_samplecrd_v1_NetworkCapacity(ref),
 		v1.NetworkList{}.OpenAPIModelName():                   schema_pkg_apis_samplecrd_v1_NetworkList(ref),
 		v1.NetworkNodeStatus{}.OpenAPIModelName():             schema_pkg_apis_samplecrd_v1_NetworkNodeStatus(ref),
 		v1.NetworkSpec{}.OpenAPIModelName():                   schema_pkg_apis_samplecrd_v1_NetworkSpec(ref),
 		v1.NetworkStatus{}.OpenAPIModelName():                 schema_pkg_apis_samplecrd_v1_NetworkStatus(ref),
+		v1.NodeCapacity{}.OpenAPIModelName():                  schema_pkg_apis_samplecrd_v1_NodeCapacity(ref),
 		v1beta1.Network{}.OpenAPIModelName():                  schema_pkg_apis_samplecrd_v1beta1_Network(ref),
+		v1beta1.NetworkCapacity{}.OpenAPIModelName():          schema_pkg_apis_samplecrd_v1beta1_NetworkCapacity(ref),
 		v1beta1.NetworkList{}.OpenAPIModelName():              schema_pkg_apis_samplecrd_v1beta1_NetworkList(ref),
 		v1beta1.NetworkNodeStatus{}.OpenAPIModelName():        schema_pkg_apis_samplecrd_v1beta1_NetworkNodeStatus(ref),
 		v1beta1.NetworkSpec{}.OpenAPIModelName():              schema_pkg_apis_samplecrd_v1beta1_NetworkSpec(ref),
 		v1beta1.NetworkStatus{}.OpenAPIModelName():            schema_pkg_apis_samplecrd_v1beta1_NetworkStatus(ref),
+		v1beta1.NodeCapacity{}.OpenAPIModelName():             schema_pkg_apis_samplecrd_v1beta1_NodeCapacity(ref),
 		resource.Quantity{}.OpenAPIModelName():                schema_apimachinery_pkg_api_resource_Quantity(ref),
 		metav1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
 		metav1.APIGroupList{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_APIGroupList(ref),
@@ -388,6 +392,54 @@ func schema_pkg_apis_samplecrd_v1_Network(ref common.ReferenceCallback) common.O
 	}
 }
 
+func schema_pkg_apis_samplecrd_v1_NetworkCapacity(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NetworkCapacity counts the addresses of a Network's family. Each count is a base-10 integer in a string, exact for any prefix: an IPv6 /64 has 2^64-2 usable addresses, more than an int64 (or a resource.Quantity, whose exactness stops at 2^63-1) holds.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"total": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Total is the number of usable addresses of spec.cidr: every address but the network address, the IPv4 broadcast address and the gateway.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"allocated": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Allocated is the number of usable addresses inside the blocks the nodes report (nodes[].blocks, each address counted once).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"used": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Used is the number of addresses leased to pods: the sum of nodes[].leases. Absent (unknown) while any node entry does not report its leases, see nodesWithoutLeases.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"available": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Available is total - used: the addresses pods could still get, taking blocks as needed. Absent when used is.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"nodesWithoutLeases": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodesWithoutLeases is the number of node entries that do not report leases; while it is not zero, used and available are unknown and absent.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_samplecrd_v1_NetworkList(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -550,10 +602,18 @@ func schema_pkg_apis_samplecrd_v1_NetworkNodeStatus(ref common.ReferenceCallback
 							Format:      "int32",
 						},
 					},
+					"capacity": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Capacity counts the node's addresses. The server derives it from blocks and leases on every status write; a value a client sends is replaced.",
+							Ref:         ref(v1.NodeCapacity{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"nodeName", "ready"},
 			},
 		},
+		Dependencies: []string{
+			v1.NodeCapacity{}.OpenAPIModelName()},
 	}
 }
 
@@ -673,11 +733,44 @@ func schema_pkg_apis_samplecrd_v1_NetworkStatus(ref common.ReferenceCallback) co
 							Format:      "int32",
 						},
 					},
+					"capacity": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Capacity counts the Network's addresses. The server derives it from spec.cidr, spec.gateway and nodes on every status write; a value a client sends is replaced.",
+							Ref:         ref(v1.NetworkCapacity{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.NetworkNodeStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+			v1.NetworkCapacity{}.OpenAPIModelName(), v1.NetworkNodeStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_samplecrd_v1_NodeCapacity(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeCapacity counts one node's addresses of a Network, as base-10 integers in strings.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"allocated": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Allocated is the number of usable addresses of spec.cidr inside the node's blocks.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"used": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Used is the number of addresses leased to pods on the node (its leases); absent when the node does not report leases.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 
@@ -728,6 +821,54 @@ func schema_pkg_apis_samplecrd_v1beta1_Network(ref common.ReferenceCallback) com
 		},
 		Dependencies: []string{
 			v1beta1.NetworkSpec{}.OpenAPIModelName(), v1beta1.NetworkStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_samplecrd_v1beta1_NetworkCapacity(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NetworkCapacity counts the addresses of a Network's family. Each count is a base-10 integer in a string, exact for any prefix: an IPv6 /64 has 2^64-2 usable addresses, more than an int64 (or a resource.Quantity, whose exactness stops at 2^63-1) holds.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"total": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Total is the number of usable addresses of spec.cidr: every address but the network address, the IPv4 broadcast address and the gateway.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"allocated": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Allocated is the number of usable addresses inside the blocks the nodes report (nodes[].blocks, each address counted once).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"used": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Used is the number of addresses leased to pods: the sum of nodes[].leases. Absent (unknown) while any node entry does not report its leases, see nodesWithoutLeases.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"available": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Available is total - used: the addresses pods could still get, taking blocks as needed. Absent when used is.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"nodesWithoutLeases": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodesWithoutLeases is the number of node entries that do not report leases; while it is not zero, used and available are unknown and absent.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 
@@ -893,10 +1034,18 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkNodeStatus(ref common.ReferenceCal
 							Format:      "int32",
 						},
 					},
+					"capacity": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Capacity counts the node's addresses. The server derives it from blocks and leases on every status write; a value a client sends is replaced.",
+							Ref:         ref(v1beta1.NodeCapacity{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"nodeName", "ready"},
 			},
 		},
+		Dependencies: []string{
+			v1beta1.NodeCapacity{}.OpenAPIModelName()},
 	}
 }
 
@@ -1016,11 +1165,44 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkStatus(ref common.ReferenceCallbac
 							Format:      "int32",
 						},
 					},
+					"capacity": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Capacity counts the Network's addresses. The server derives it from spec.cidr, spec.gateway and nodes on every status write; a value a client sends is replaced.",
+							Ref:         ref(v1beta1.NetworkCapacity{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1beta1.NetworkNodeStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+			v1beta1.NetworkCapacity{}.OpenAPIModelName(), v1beta1.NetworkNodeStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_samplecrd_v1beta1_NodeCapacity(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeCapacity counts one node's addresses of a Network, as base-10 integers in strings.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"allocated": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Allocated is the number of usable addresses of spec.cidr inside the node's blocks.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"used": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Used is the number of addresses leased to pods on the node (its leases); absent when the node does not report leases.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 

@@ -94,6 +94,47 @@ type NetworkStatus struct {
 	// assigned by the server (0: not yet). Clients cannot set it.
 	// +optional
 	VNI int32 `json:"vni,omitempty" protobuf:"varint,4,opt,name=vni"`
+	// Capacity counts the Network's addresses. The server derives it from spec.cidr,
+	// spec.gateway and nodes on every status write; a value a client sends is replaced.
+	// +optional
+	Capacity *NetworkCapacity `json:"capacity,omitempty" protobuf:"bytes,5,opt,name=capacity"`
+}
+
+// NetworkCapacity counts the addresses of a Network's family. Each count is a base-10 integer in
+// a string, exact for any prefix: an IPv6 /64 has 2^64-2 usable addresses, more than an int64
+// (or a resource.Quantity, whose exactness stops at 2^63-1) holds.
+type NetworkCapacity struct {
+	// Total is the number of usable addresses of spec.cidr: every address but the network
+	// address, the IPv4 broadcast address and the gateway.
+	// +optional
+	Total string `json:"total,omitempty" protobuf:"bytes,1,opt,name=total"`
+	// Allocated is the number of usable addresses inside the blocks the nodes report
+	// (nodes[].blocks, each address counted once).
+	// +optional
+	Allocated string `json:"allocated,omitempty" protobuf:"bytes,2,opt,name=allocated"`
+	// Used is the number of addresses leased to pods: the sum of nodes[].leases. Absent
+	// (unknown) while any node entry does not report its leases, see nodesWithoutLeases.
+	// +optional
+	Used string `json:"used,omitempty" protobuf:"bytes,3,opt,name=used"`
+	// Available is total - used: the addresses pods could still get, taking blocks as needed.
+	// Absent when used is.
+	// +optional
+	Available string `json:"available,omitempty" protobuf:"bytes,4,opt,name=available"`
+	// NodesWithoutLeases is the number of node entries that do not report leases; while it is
+	// not zero, used and available are unknown and absent.
+	// +optional
+	NodesWithoutLeases int32 `json:"nodesWithoutLeases,omitempty" protobuf:"varint,5,opt,name=nodesWithoutLeases"`
+}
+
+// NodeCapacity counts one node's addresses of a Network, as base-10 integers in strings.
+type NodeCapacity struct {
+	// Allocated is the number of usable addresses of spec.cidr inside the node's blocks.
+	// +optional
+	Allocated string `json:"allocated,omitempty" protobuf:"bytes,1,opt,name=allocated"`
+	// Used is the number of addresses leased to pods on the node (its leases); absent when the
+	// node does not report leases.
+	// +optional
+	Used string `json:"used,omitempty" protobuf:"bytes,2,opt,name=used"`
 }
 
 // NetworkNodeStatus is one node's report on a Network.
@@ -142,6 +183,10 @@ type NetworkNodeStatus struct {
 	// Leases is the number of addresses leased to pods on the node. Absent means unknown, never zero.
 	// +optional
 	Leases *int32 `json:"leases,omitempty" protobuf:"varint,13,opt,name=leases"`
+	// Capacity counts the node's addresses. The server derives it from blocks and leases on every
+	// status write; a value a client sends is replaced.
+	// +optional
+	Capacity *NodeCapacity `json:"capacity,omitempty" protobuf:"bytes,14,opt,name=capacity"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -47,6 +47,11 @@ func (in Network) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NetworkCapacity) OpenAPIModelName() string {
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkCapacity"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkList) OpenAPIModelName() string {
 	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkList"
 }
@@ -64,4 +69,9 @@ func (in NetworkSpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkStatus) OpenAPIModelName() string {
 	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeCapacity) OpenAPIModelName() string {
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NodeCapacity"
 }

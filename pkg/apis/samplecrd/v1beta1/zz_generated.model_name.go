@@ -27,6 +27,11 @@ func (in Network) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NetworkCapacity) OpenAPIModelName() string {
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1beta1.NetworkCapacity"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkList) OpenAPIModelName() string {
 	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1beta1.NetworkList"
 }
@@ -44,4 +49,9 @@ func (in NetworkSpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NetworkStatus) OpenAPIModelName() string {
 	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1beta1.NetworkStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeCapacity) OpenAPIModelName() string {
+	return "com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1beta1.NodeCapacity"
 }

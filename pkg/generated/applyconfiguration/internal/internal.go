@@ -60,6 +60,24 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkStatus
       default: {}
+- name: com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkCapacity
+  map:
+    fields:
+    - name: allocated
+      type:
+        scalar: string
+    - name: available
+      type:
+        scalar: string
+    - name: nodesWithoutLeases
+      type:
+        scalar: numeric
+    - name: total
+      type:
+        scalar: string
+    - name: used
+      type:
+        scalar: string
 - name: com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkNodeStatus
   map:
     fields:
@@ -75,6 +93,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: bridge
       type:
         scalar: string
+    - name: capacity
+      type:
+        namedType: com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NodeCapacity
     - name: ipamMode
       type:
         scalar: string
@@ -128,6 +149,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkStatus
   map:
     fields:
+    - name: capacity
+      type:
+        namedType: com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NetworkCapacity
     - name: conditions
       type:
         list:
@@ -150,6 +174,15 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: vni
       type:
         scalar: numeric
+- name: com.github.samplecrd.network-apiserver.pkg.apis.samplecrd.v1.NodeCapacity
+  map:
+    fields:
+    - name: allocated
+      type:
+        scalar: string
+    - name: used
+      type:
+        scalar: string
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
   map:
     fields:

@@ -51,10 +51,12 @@ func resetFields(paths ...fieldpath.Path) map[fieldpath.APIVersion]*fieldpath.Se
 	return m
 }
 
-// statusResetPaths are what a status write throws away: the spec, and the metadata that
-// metav1.ResetObjectMetaForStatus restores from the stored object.
+// statusResetPaths are what a status write throws away: the spec, the metadata that
+// metav1.ResetObjectMetaForStatus restores from the stored object, and status.capacity, which the
+// server derives (the entries' capacity too, but a reset path cannot name every list entry).
 var statusResetPaths = []fieldpath.Path{
 	fieldpath.MakePathOrDie("spec"),
+	fieldpath.MakePathOrDie("status", "capacity"),
 	fieldpath.MakePathOrDie("metadata", "labels"),
 	fieldpath.MakePathOrDie("metadata", "annotations"),
 	fieldpath.MakePathOrDie("metadata", "finalizers"),
@@ -127,7 +129,12 @@ func (networkStrategy) Validate(_ context.Context, obj runtime.Object) field.Err
 func (networkStrategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
 func (networkStrategy) AllowCreateOnUpdate(context.Context) bool                  { return false }
 func (networkStrategy) AllowUnconditionalUpdate(context.Context) bool             { return true }
-func (networkStrategy) Canonicalize(runtime.Object)                               {}
+
+// Canonicalize derives status.capacity from the spec and the stored node entries, on create (a
+// new Network's total and available) and on every update (a gateway move changes allocated).
+func (networkStrategy) Canonicalize(obj runtime.Object) {
+	deriveCapacity(obj.(*samplecrd.Network))
+}
 
 func (networkStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateNetworkUpdate(obj.(*samplecrd.Network), old.(*samplecrd.Network))
@@ -178,10 +185,12 @@ func serverOwnedStatus(ctx context.Context) bool {
 	return v
 }
 
-// Canonicalize derives observedGeneration and Ready from the node entries. It runs after
-// ValidateUpdate, so that what the client sent is validated before the server replaces it.
+// Canonicalize derives observedGeneration, Ready and the capacity from the node entries. It runs
+// after ValidateUpdate, so that what the client sent is validated before the server replaces it.
 func (networkStatusStrategy) Canonicalize(obj runtime.Object) {
-	deriveReadiness(obj.(*samplecrd.Network))
+	n := obj.(*samplecrd.Network)
+	deriveReadiness(n)
+	deriveCapacity(n)
 }
 
 func (networkStatusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {

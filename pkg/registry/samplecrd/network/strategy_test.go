@@ -255,8 +255,9 @@ func TestGetResetFields(t *testing.T) {
 		want     *fieldpath.Set
 	}{
 		{"main resource resets status", NewStrategy(testScheme()).(rest.ResetFieldsStrategy), fieldpath.NewSet(fieldpath.MakePathOrDie("status"))},
-		{"status subresource resets spec and the metadata it restores", NewStatusStrategy(testScheme()).(rest.ResetFieldsStrategy), fieldpath.NewSet(
+		{"status subresource resets spec, the metadata it restores and the derived capacity", NewStatusStrategy(testScheme()).(rest.ResetFieldsStrategy), fieldpath.NewSet(
 			fieldpath.MakePathOrDie("spec"),
+			fieldpath.MakePathOrDie("status", "capacity"),
 			fieldpath.MakePathOrDie("metadata", "labels"),
 			fieldpath.MakePathOrDie("metadata", "annotations"),
 			fieldpath.MakePathOrDie("metadata", "finalizers"),
@@ -538,6 +539,8 @@ func TestStatusStrategyKeepsSegmentFields(t *testing.T) {
 		t.Fatalf("valid entry refused: %v", errs)
 	}
 	s.Canonicalize(status)
+	// The entry as sent, plus the capacity the server derives from it.
+	entry.Capacity = &samplecrd.NodeCapacity{Allocated: "64", Used: "0"}
 	if got := status.Status.Nodes[0]; !reflect.DeepEqual(got, entry) {
 		t.Errorf("entry after the status strategy:\n%+v\nwant\n%+v", got, entry)
 	}

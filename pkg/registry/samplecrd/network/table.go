@@ -28,8 +28,10 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/table"
 )
 
-// TableConvertor prints Networks for `kubectl get`: NAME, CIDR, GATEWAY, READY, AGE, and with
-// -o wide the Ready reason and the observed generation.
+// TableConvertor prints Networks for `kubectl get`: NAME, CIDR, GATEWAY, READY, USED, AVAILABLE,
+// AGE, and with -o wide the Ready reason, the observed generation and the TOTAL and ALLOCATED
+// addresses. The counts are strings: exact for IPv6 prefixes, whose counts overflow the int64 of
+// an "integer" column; "<unknown>" where status.capacity does not know them.
 type TableConvertor struct{}
 
 var _ rest.TableConvertor = TableConvertor{}
@@ -39,9 +41,13 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "CIDR", Type: "string", Description: "The network prefix (spec.cidr)."},
 	{Name: "Gateway", Type: "string", Description: "The gateway address (spec.gateway)."},
 	{Name: "Ready", Type: "string", Description: "Status of the Ready condition: True, False or Unknown."},
+	{Name: "Used", Type: "string", Description: "Addresses leased to pods (status.capacity.used)."},
+	{Name: "Available", Type: "string", Description: "Addresses pods could still get: total - used (status.capacity.available)."},
 	{Name: "Age", Type: "string", Description: "Time since the Network was created."},
 	{Name: "Reason", Type: "string", Priority: 1, Description: "Reason of the Ready condition."},
 	{Name: "Observed", Type: "integer", Priority: 1, Description: "Generation the status was computed for."},
+	{Name: "Total", Type: "string", Priority: 1, Description: "Usable addresses of the prefix: not the network, broadcast or gateway address (status.capacity.total)."},
+	{Name: "Allocated", Type: "string", Priority: 1, Description: "Usable addresses inside the nodes' blocks (status.capacity.allocated)."},
 }
 
 // ConvertToTable prints one Network or a list of them.
@@ -54,5 +60,18 @@ var convertor = table.Convertor[*samplecrd.Network]{Kind: "Network", Columns: co
 	if c := meta.FindStatusCondition(n.Status.Conditions, samplecrd.ConditionReady); c != nil {
 		ready, reason = string(c.Status), c.Reason
 	}
-	return []interface{}{name, n.Spec.CIDR, n.Spec.Gateway, ready, age, reason, n.Status.ObservedGeneration}
+	c := n.Status.Capacity
+	if c == nil {
+		c = &samplecrd.NetworkCapacity{}
+	}
+	return []interface{}{name, n.Spec.CIDR, n.Spec.Gateway, ready, count(c.Used), count(c.Available), age,
+		reason, n.Status.ObservedGeneration, count(c.Total), count(c.Allocated)}
 }}
+
+// count prints a capacity count, "<unknown>" when there is none.
+func count(s string) string {
+	if s == "" {
+		return "<unknown>"
+	}
+	return s
+}

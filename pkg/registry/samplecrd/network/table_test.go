@@ -52,7 +52,9 @@ func TestTableColumns(t *testing.T) {
 	}
 	want := []col{
 		{"Name", "string", 0}, {"CIDR", "string", 0}, {"Gateway", "string", 0}, {"Ready", "string", 0},
+		{"Used", "string", 0}, {"Available", "string", 0},
 		{"Age", "string", 0}, {"Reason", "string", 1}, {"Observed", "integer", 1},
+		{"Total", "string", 1}, {"Allocated", "string", 1},
 	}
 	var got []col
 	for _, c := range table.ColumnDefinitions {
@@ -81,17 +83,17 @@ func TestTableRowsForNetwork(t *testing.T) {
 		{
 			name:       "ready",
 			conditions: []metav1.Condition{readyCondition(metav1.ConditionTrue, "Realised")},
-			want:       []interface{}{"net1", "10.0.0.0/24", "10.0.0.1", "True", "3h", "Realised", int64(2)},
+			want:       []interface{}{"net1", "10.0.0.0/24", "10.0.0.1", "True", "<unknown>", "<unknown>", "3h", "Realised", int64(2), "<unknown>", "<unknown>"},
 		},
 		{
 			name:       "not ready",
 			conditions: []metav1.Condition{readyCondition(metav1.ConditionFalse, "BridgeMissing")},
-			want:       []interface{}{"net1", "10.0.0.0/24", "10.0.0.1", "False", "3h", "BridgeMissing", int64(2)},
+			want:       []interface{}{"net1", "10.0.0.0/24", "10.0.0.1", "False", "<unknown>", "<unknown>", "3h", "BridgeMissing", int64(2), "<unknown>", "<unknown>"},
 		},
 		{
 			name:       "no conditions",
 			conditions: nil,
-			want:       []interface{}{"net1", "10.0.0.0/24", "10.0.0.1", "Unknown", "3h", "", int64(2)},
+			want:       []interface{}{"net1", "10.0.0.0/24", "10.0.0.1", "Unknown", "<unknown>", "<unknown>", "3h", "", int64(2), "<unknown>", "<unknown>"},
 		},
 		{
 			name: "Ready found among other conditions",
@@ -99,12 +101,12 @@ func TestTableRowsForNetwork(t *testing.T) {
 				{Type: "Progressing", Status: metav1.ConditionTrue, Reason: "Applying"},
 				readyCondition(metav1.ConditionUnknown, "NodeUnreachable"),
 			},
-			want: []interface{}{"net1", "10.0.0.0/24", "10.0.0.1", "Unknown", "3h", "NodeUnreachable", int64(2)},
+			want: []interface{}{"net1", "10.0.0.0/24", "10.0.0.1", "Unknown", "<unknown>", "<unknown>", "3h", "NodeUnreachable", int64(2), "<unknown>", "<unknown>"},
 		},
 		{
 			name:       "only other conditions",
 			conditions: []metav1.Condition{{Type: "Progressing", Status: metav1.ConditionTrue, Reason: "Applying"}},
-			want:       []interface{}{"net1", "10.0.0.0/24", "10.0.0.1", "Unknown", "3h", "", int64(2)},
+			want:       []interface{}{"net1", "10.0.0.0/24", "10.0.0.1", "Unknown", "<unknown>", "<unknown>", "3h", "", int64(2), "<unknown>", "<unknown>"},
 		},
 	}
 	for _, tc := range tests {
@@ -140,7 +142,7 @@ func TestTableAgeUnknownWithoutCreationTimestamp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ConvertToTable: %v", err)
 	}
-	if got := table.Rows[0].Cells[4]; got != "<unknown>" {
+	if got := table.Rows[0].Cells[6]; got != "<unknown>" {
 		t.Errorf("age = %v, want <unknown>", got)
 	}
 }
@@ -164,8 +166,8 @@ func TestTableRowsForNetworkList(t *testing.T) {
 		t.Errorf("remainingItemCount = %v, want 5", table.RemainingItemCount)
 	}
 	want := [][]interface{}{
-		{"blue", "10.0.0.0/24", "10.0.0.1", "True", "3h", "Realised", int64(2)},
-		{"green", "fd00:1::/64", "fd00:1::1", "Unknown", "3h", "", int64(2)},
+		{"blue", "10.0.0.0/24", "10.0.0.1", "True", "<unknown>", "<unknown>", "3h", "Realised", int64(2), "<unknown>", "<unknown>"},
+		{"green", "fd00:1::/64", "fd00:1::1", "Unknown", "<unknown>", "<unknown>", "3h", "", int64(2), "<unknown>", "<unknown>"},
 	}
 	if len(table.Rows) != len(want) {
 		t.Fatalf("%d rows, want %d", len(table.Rows), len(want))
@@ -208,5 +210,28 @@ func TestTableRejectsOtherObjects(t *testing.T) {
 	_, err := TableConvertor{}.ConvertToTable(context.Background(), &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, nil)
 	if err == nil {
 		t.Error("ConvertToTable(PartialObjectMetadata) succeeded, want an error")
+	}
+}
+
+func TestTableCapacityColumns(t *testing.T) {
+	n := tableNetwork("v6", "fd00:1::/64", "fd00:1::1")
+	n.Status.Capacity = &samplecrd.NetworkCapacity{Total: "18446744073709551614", Allocated: "512", Used: "3", Available: "18446744073709551611"}
+	table, err := TableConvertor{}.ConvertToTable(context.Background(), &n, nil)
+	if err != nil {
+		t.Fatalf("ConvertToTable: %v", err)
+	}
+	want := []interface{}{"v6", "fd00:1::/64", "fd00:1::1", "Unknown", "3", "18446744073709551611", "3h", "", int64(2), "18446744073709551614", "512"}
+	if !reflect.DeepEqual(table.Rows[0].Cells, want) {
+		t.Errorf("cells = %#v, want %#v", table.Rows[0].Cells, want)
+	}
+	// Used unknown (a node without leases): USED and AVAILABLE say so, TOTAL and ALLOCATED stay.
+	n.Status.Capacity = &samplecrd.NetworkCapacity{Total: "253", Allocated: "64", NodesWithoutLeases: 1}
+	table, err = TableConvertor{}.ConvertToTable(context.Background(), &n, nil)
+	if err != nil {
+		t.Fatalf("ConvertToTable: %v", err)
+	}
+	want = []interface{}{"v6", "fd00:1::/64", "fd00:1::1", "Unknown", "<unknown>", "<unknown>", "3h", "", int64(2), "253", "64"}
+	if !reflect.DeepEqual(table.Rows[0].Cells, want) {
+		t.Errorf("cells = %#v, want %#v", table.Rows[0].Cells, want)
 	}
 }

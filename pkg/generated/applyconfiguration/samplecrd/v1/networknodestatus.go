@@ -54,6 +54,9 @@ type NetworkNodeStatusApplyConfiguration struct {
 	IPAMMode *string `json:"ipamMode,omitempty"`
 	// Leases is the number of addresses leased to pods on the node. Absent means unknown, never zero.
 	Leases *int32 `json:"leases,omitempty"`
+	// Capacity counts the node's addresses. The server derives it from blocks and leases on every
+	// status write; a value a client sends is replaced.
+	Capacity *NodeCapacityApplyConfiguration `json:"capacity,omitempty"`
 }
 
 // NetworkNodeStatusApplyConfiguration constructs a declarative configuration of the NetworkNodeStatus type for use with
@@ -165,5 +168,13 @@ func (b *NetworkNodeStatusApplyConfiguration) WithIPAMMode(value string) *Networ
 // If called multiple times, the Leases field is set to the value of the last call.
 func (b *NetworkNodeStatusApplyConfiguration) WithLeases(value int32) *NetworkNodeStatusApplyConfiguration {
 	b.Leases = &value
+	return b
+}
+
+// WithCapacity sets the Capacity field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Capacity field is set to the value of the last call.
+func (b *NetworkNodeStatusApplyConfiguration) WithCapacity(value *NodeCapacityApplyConfiguration) *NetworkNodeStatusApplyConfiguration {
+	b.Capacity = value
 	return b
 }

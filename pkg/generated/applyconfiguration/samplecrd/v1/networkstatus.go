@@ -40,6 +40,9 @@ type NetworkStatusApplyConfiguration struct {
 	// VNI is the VXLAN network identifier of the Network's segment, unique in the cluster and
 	// assigned by the server (0: not yet). Clients cannot set it.
 	VNI *int32 `json:"vni,omitempty"`
+	// Capacity counts the Network's addresses. The server derives it from spec.cidr,
+	// spec.gateway and nodes on every status write; a value a client sends is replaced.
+	Capacity *NetworkCapacityApplyConfiguration `json:"capacity,omitempty"`
 }
 
 // NetworkStatusApplyConfiguration constructs a declarative configuration of the NetworkStatus type for use with
@@ -87,5 +90,13 @@ func (b *NetworkStatusApplyConfiguration) WithNodes(values ...*NetworkNodeStatus
 // If called multiple times, the VNI field is set to the value of the last call.
 func (b *NetworkStatusApplyConfiguration) WithVNI(value int32) *NetworkStatusApplyConfiguration {
 	b.VNI = &value
+	return b
+}
+
+// WithCapacity sets the Capacity field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Capacity field is set to the value of the last call.
+func (b *NetworkStatusApplyConfiguration) WithCapacity(value *NetworkCapacityApplyConfiguration) *NetworkStatusApplyConfiguration {
+	b.Capacity = value
 	return b
 }
