@@ -309,7 +309,7 @@ func TestTableAndPartialObjectMetadata(t *testing.T) {
 					defaultColumns = append(defaultColumns, c.Name)
 				}
 			}
-			if want := []string{"Name", "CIDR", "Gateway", "Ready", "Age"}; !slices.Equal(defaultColumns, want) {
+			if want := []string{"Name", "CIDR", "Gateway", "Ready", "Used", "Available", "Age"}; !slices.Equal(defaultColumns, want) {
 				t.Fatalf("columns %v, want %v", defaultColumns, want)
 			}
 			if len(table.Rows) != len(target.rows) {
@@ -322,7 +322,8 @@ func TestTableAndPartialObjectMetadata(t *testing.T) {
 				if !slices.Equal(row.Cells[:4], target.rows[i]) {
 					t.Fatalf("row %d cells %v, want %v", i, row.Cells[:4], target.rows[i])
 				}
-				if age, _ := row.Cells[4].(string); age == "" {
+				ageAt := slices.IndexFunc(table.ColumnDefinitions, func(c metav1.TableColumnDefinition) bool { return c.Name == "Age" })
+				if age, _ := row.Cells[ageAt].(string); age == "" {
 					t.Fatalf("row %d has no age: %v", i, row.Cells)
 				}
 				var meta metav1.PartialObjectMetadata
