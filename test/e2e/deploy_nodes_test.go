@@ -564,7 +564,7 @@ spec:
 			})
 		})
 		t.Logf("node2's entries marked NodeNotReady %s after node2 went NotReady", time.Since(marked).Round(time.Millisecond))
-		if out := c.kubectl(t, "get", "network", "backend"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+False\s+\S+`) {
+		if out := c.kubectl(t, "get", "network", "backend"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+False\s+\S+\s+\S+\s+\S+`) {
 			t.Errorf("kubectl get network backend with node2 NotReady:\n%s", out)
 		}
 		node1After := bridges(t, "node1")

@@ -348,7 +348,7 @@ func TestMakeRun(t *testing.T) {
 		t.Fatalf("apply:\n%s", out)
 	}
 	p.kubectl(t, "wait", "--for=condition=Ready", "network/backend", "--timeout=60s")
-	if out := p.kubectl(t, "get", "networks"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+True\s+\S+`) {
+	if out := p.kubectl(t, "get", "networks"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+True\s+\S+\s+\S+\s+\S+`) {
 		t.Errorf("kubectl get networks:\n%s", out)
 	}
 	waitBridgeInDemoNS(t, p, bridge, key)
@@ -452,7 +452,7 @@ func TestMakeRunWithoutNetAdmin(t *testing.T) {
 
 	p.kubectl(t, "apply", "-f", "artifacts/examples/network.yaml")
 	p.kubectl(t, "wait", `--for=jsonpath={.status.conditions[?(@.type=="Ready")].reason}=ControllerNeedsNetAdmin`, "network/backend", "--timeout=60s")
-	if out := p.kubectl(t, "get", "net", "-o", "wide"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+Unknown\s+\S+\s+ControllerNeedsNetAdmin\s+1`) {
+	if out := p.kubectl(t, "get", "net", "-o", "wide"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+Unknown\s+\S+\s+\S+\s+\S+\s+ControllerNeedsNetAdmin\s+1\s+\S+\s+\S+`) {
 		t.Errorf("kubectl get net -o wide:\n%s", out)
 	}
 	msg := p.kubectl(t, "get", "net", "backend", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].message}`)

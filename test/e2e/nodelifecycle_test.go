@@ -139,7 +139,7 @@ func TestAggregatedNodeLifecycle(t *testing.T) {
 	if len(owners) != 2 || !owners["network-controller/ghost-1"] || !owners["network-controller/ghost-2"] {
 		t.Errorf("status field managers: %v, want only the two nodes'", owners)
 	}
-	if out := c.kubectl(t, "get", "network", "web"); !regexpLine(out, `web\s+10\.30\.0\.0/24\s+10\.30\.0\.1\s+False\s+\S+`) {
+	if out := c.kubectl(t, "get", "network", "web"); !regexpLine(out, `web\s+10\.30\.0\.0/24\s+10\.30\.0\.1\s+False\s+\S+\s+\S+\s+\S+`) {
 		t.Errorf("kubectl get network web:\n%s", out)
 	}
 

@@ -228,7 +228,7 @@ func TestStandaloneWithKubectl(t *testing.T) {
 	var out string
 	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		out = s.kubectl(t, "get", "networks")
-		return regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+True\s+\S+`), nil
+		return regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+True\s+\S+\s+\S+\s+\S+`), nil
 	})
 	if err != nil {
 		t.Fatalf("kubectl get networks never showed backend Ready:\n%s", out)
