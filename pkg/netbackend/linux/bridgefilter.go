@@ -215,30 +215,43 @@ func (b *Backend) ensureGatewayFilter(key string, mac net.HardwareAddr, gw netip
 
 // removeGatewayFilter deletes key's table; it reports whether there was one.
 func (b *Backend) removeGatewayFilter(key string) (bool, error) {
-	name := filterTableName(key)
+	return b.removeFilterTable(key, filterTable(filterTableName(key)))
+}
+
+// filterKeys returns the keys of our bridge tables (the key their rules record).
+func (b *Backend) filterKeys() ([]string, error) {
+	return b.filterTableKeys(nftables.TableFamilyBridge, func(c *nftables.Conn, t *nftables.Table) ([]*nftables.Rule, error) {
+		return tableRules(c, t.Name)
+	})
+}
+
+// removeFilterTable deletes t, key's table of one family; it reports whether there was one.
+func (b *Backend) removeFilterTable(key string, t *nftables.Table) (bool, error) {
 	c, err := b.nft()
 	if err != nil {
 		return false, fail(err, "opening nftables")
 	}
-	if _, err := c.ListTableOfFamily(name, nftables.TableFamilyBridge); errors.Is(err, unix.ENOENT) {
+	family := familyName(t.Family)
+	if _, err := c.ListTableOfFamily(t.Name, t.Family); errors.Is(err, unix.ENOENT) {
 		return false, nil
 	} else if err != nil {
-		return false, fail(err, "looking up nftables table bridge %s", name)
+		return false, fail(err, "looking up nftables table %s %s", family, t.Name)
 	}
-	c.DelTable(filterTable(name))
+	c.DelTable(t)
 	if err := c.Flush(); err != nil {
-		return false, fail(err, "deleting nftables table bridge %s of network %s", name, key)
+		return false, fail(err, "deleting nftables table %s %s of network %s", family, t.Name, key)
 	}
 	return true, nil
 }
 
-// filterKeys returns the keys of our tables (the key their rules record).
-func (b *Backend) filterKeys() ([]string, error) {
+// filterTableKeys returns the keys of our tables of family: those whose rules (read by rules)
+// record the key the table is named after.
+func (b *Backend) filterTableKeys(family nftables.TableFamily, rules func(*nftables.Conn, *nftables.Table) ([]*nftables.Rule, error)) ([]string, error) {
 	c, err := b.nft()
 	if err != nil {
 		return nil, err
 	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyBridge)
+	tables, err := c.ListTablesOfFamily(family)
 	if err != nil {
 		return nil, err
 	}
@@ -247,11 +260,11 @@ func (b *Backend) filterKeys() ([]string, error) {
 		if !strings.HasPrefix(t.Name, filterTablePrefix) {
 			continue
 		}
-		rules, err := tableRules(c, t.Name)
+		rs, err := rules(c, t)
 		if err != nil {
 			return nil, err
 		}
-		for _, r := range rules {
+		for _, r := range rs {
 			if key, _, ok := keyOfRule(r); ok && filterTableName(key) == t.Name {
 				keys = append(keys, key)
 				break
@@ -259,6 +272,14 @@ func (b *Backend) filterKeys() ([]string, error) {
 		}
 	}
 	return keys, nil
+}
+
+// familyName is how nft names a table family.
+func familyName(f nftables.TableFamily) string {
+	if f == nftables.TableFamilyINet {
+		return "inet"
+	}
+	return "bridge"
 }
 
 // filterRuleCount returns how many rules of key its table has.

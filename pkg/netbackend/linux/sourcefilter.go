@@ -24,7 +24,6 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -186,50 +185,18 @@ func (b *Backend) ensureSourceFilter(key string, s *netbackend.Segment) ([]strin
 
 // removeSourceFilter deletes key's table; it reports whether there was one.
 func (b *Backend) removeSourceFilter(key string) (bool, error) {
-	name := filterTableName(key)
-	c, err := b.nft()
-	if err != nil {
-		return false, fail(err, "opening nftables")
-	}
-	if _, err := c.ListTableOfFamily(name, nftables.TableFamilyINet); errors.Is(err, unix.ENOENT) {
-		return false, nil
-	} else if err != nil {
-		return false, fail(err, "looking up nftables table inet %s", name)
-	}
-	c.DelTable(sourceTable(name))
-	if err := c.Flush(); err != nil {
-		return false, fail(err, "deleting nftables table inet %s of network %s", name, key)
-	}
-	return true, nil
+	return b.removeFilterTable(key, sourceTable(filterTableName(key)))
 }
 
 // sourceFilterKeys returns the keys of our inet tables (the key their rule records).
 func (b *Backend) sourceFilterKeys() ([]string, error) {
-	c, err := b.nft()
-	if err != nil {
-		return nil, err
-	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return nil, err
-	}
-	var keys []string
-	for _, t := range tables {
-		if !strings.HasPrefix(t.Name, filterTablePrefix) {
-			continue
-		}
+	return b.filterTableKeys(nftables.TableFamilyINet, func(c *nftables.Conn, t *nftables.Table) ([]*nftables.Rule, error) {
 		rules, err := c.GetRules(t, sourceChain(t))
 		if err != nil {
-			continue // no chain of ours
+			return nil, nil // no chain of ours
 		}
-		for _, r := range rules {
-			if key, _, ok := keyOfRule(r); ok && filterTableName(key) == t.Name {
-				keys = append(keys, key)
-				break
-			}
-		}
-	}
-	return keys, nil
+		return rules, nil
+	})
 }
 
 // observeSourceFilter returns whether key's rule for vni is in place and the sources its set
