@@ -195,30 +195,21 @@ func (n *mnNode) floodPeers(key string) []netip.Addr {
 // answering reports whether the last k pings sent at least 100 ms ago, all sent after since,
 // were answered.
 func (p *pinger) answering(k int, since time.Time) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	cutoff := time.Now().Add(-100 * time.Millisecond)
-	end := len(p.sent)
-	for end > 0 && p.sent[end-1].After(cutoff) {
-		end--
-	}
-	if end < k || p.sent[end-k].Before(since) {
-		return false
-	}
-	for seq := end - k; seq < end; seq++ {
-		if !p.reply[seq&0xffff] {
-			return false
-		}
-	}
-	return true
+	return p.lastAll(k, since, 100*time.Millisecond, true)
 }
 
 // silent reports whether the last k pings sent at least 500 ms ago, all sent after since, went
 // unanswered.
 func (p *pinger) silent(k int, since time.Time) bool {
+	return p.lastAll(k, since, 500*time.Millisecond, false)
+}
+
+// lastAll reports whether the last k pings sent at least settle ago, all sent after since, were
+// all answered (answered true) or all unanswered (answered false).
+func (p *pinger) lastAll(k int, since time.Time, settle time.Duration, answered bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	cutoff := time.Now().Add(-500 * time.Millisecond)
+	cutoff := time.Now().Add(-settle)
 	end := len(p.sent)
 	for end > 0 && p.sent[end-1].After(cutoff) {
 		end--
@@ -227,7 +218,7 @@ func (p *pinger) silent(k int, since time.Time) bool {
 		return false
 	}
 	for seq := end - k; seq < end; seq++ {
-		if p.reply[seq&0xffff] {
+		if p.reply[seq&0xffff] != answered {
 			return false
 		}
 	}
