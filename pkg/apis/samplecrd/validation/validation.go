@@ -21,6 +21,7 @@ package validation
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
