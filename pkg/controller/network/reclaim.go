@@ -68,7 +68,13 @@ func (c *Controller) reclaimPass(ctx context.Context) {
 	released, err := r.Pass(ctx)
 	logger := klog.FromContext(ctx)
 	if err != nil && ctx.Err() == nil {
-		logger.Info("Lease reclaim: nothing released from what could not be checked", "state", r.State(), "err", err)
+		// Said at Info once per change of state (a runtime down for hours logs once), and each
+		// time at higher verbosity.
+		verbosity := 4
+		if r.State() != before {
+			verbosity = 0
+		}
+		logger.V(verbosity).Info("Lease reclaim: nothing released from what could not be checked", "state", r.State(), "err", err)
 	}
 	for _, rel := range released {
 		leasesReclaimed.Inc()
