@@ -126,7 +126,7 @@ func (s *raceState) checkLive(dir string) {
 }
 
 // TestReclaimRace races the reclaimer, with a tiny grace, against pods that the real host-local
-// gives addresses from a range of 13, so that every address is given again and again: pods are
+// gives addresses from a range of 5, so that every address is given again and again: pods are
 // listed by the (fake) runtime only after their ADD has returned and stay listed (NOTREADY)
 // until their DEL has returned, as containerd does; one in five vanishes without a DEL (its
 // sandbox simply gone, as after a node crash). It fails when a live pod's lease record is
@@ -142,7 +142,7 @@ func TestReclaimRace(t *testing.T) {
 	defer client.Close()
 	data := t.TempDir()
 	dir := filepath.Join(data, "race")
-	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"race","type":"bridge","ipam":{"type":"host-local","dataDir":%q,"ranges":[[{"subnet":"10.99.0.0/28"}]]}}`, data)
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"race","type":"bridge","ipam":{"type":"host-local","dataDir":%q,"ranges":[[{"subnet":"10.99.0.0/29"}]]}}`, data)
 	const (
 		raceGrace = 300 * time.Millisecond
 		workers   = 6
@@ -284,7 +284,7 @@ func TestReclaimRace(t *testing.T) {
 	if len(left) != 0 {
 		t.Errorf("leases left after every pod went: %v", left)
 	}
-	t.Logf("%d pods (%d ADDs answered no address) on 13 addresses, %d vanished and reclaimed, %d reclaim passes; longest ADD %v, longest from vanishing to reclaim %v (grace %v)",
+	t.Logf("%d pods (%d ADDs answered no address) on 5 addresses, %d vanished and reclaimed, %d reclaim passes; longest ADD %v, longest from vanishing to reclaim %v (grace %v)",
 		pods, exhausted, len(s.reclaimed), passes, maxAdd.Round(time.Millisecond), s.maxLeakAge.Round(time.Millisecond), raceGrace)
 	const show = 10
 	for i, v := range s.violations {
