@@ -111,7 +111,13 @@ patches:
     - op: replace
       path: /spec/template/spec/volumes/0/hostPath/path
       value: %s
-`, rel, apiserverTag, caBundle, runtimeClassDir)
+# A short lease reclaim grace, so that a leaked lease goes within the test.
+- target: {kind: DaemonSet, name: network-agent}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --lease-reclaim-grace=%s
+`, rel, apiserverTag, caBundle, runtimeClassDir, deployReclaimGrace)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -287,6 +293,7 @@ spec:
 	})
 
 	t.Run("RuntimeClassPods", func(t *testing.T) { runtimeClassPods(t, c, networks) })
+	t.Run("LeaseReclaim", func(t *testing.T) { leaseReclaim(t, c, networks) })
 
 	// load runs op every few milliseconds until stop is closed; it counts what failed.
 	type load struct {

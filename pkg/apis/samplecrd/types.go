@@ -109,8 +109,18 @@ type NetworkNodeStatus struct {
 	// Leases is the number of addresses leased on the node; nil is unknown, never zero.
 	Leases *int32
 	// Capacity is derived by the server from Blocks and Leases; no client sets it.
-	Capacity *NodeCapacity
+	Capacity *NodeCapacity // LeaseReclaim says whether the node releases leaked leases: LeaseReclaimContainerRuntime,
+	// or "Off: <why>" when it cannot ask its container runtime (it then releases nothing).
+	LeaseReclaim string
 }
+
+// LeaseReclaimContainerRuntime: the node's agent asks its container runtime (CRI
+// ListPodSandbox) which pod sandboxes exist and releases leases held by none of them.
+const LeaseReclaimContainerRuntime = "ContainerRuntime"
+
+// LeaseReclaimOffPrefix starts a node entry's leaseReclaim when its agent releases no leases,
+// followed by why (for example "Off: no container runtime endpoint").
+const LeaseReclaimOffPrefix = "Off: "
 
 // IPAM modes of a node entry.
 const (

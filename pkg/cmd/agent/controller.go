@@ -46,9 +46,11 @@ import (
 
 	networkcontroller "github.com/samplecrd/network-apiserver/pkg/controller/network"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
+	"github.com/samplecrd/network-apiserver/pkg/cri"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	clientscheme "github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/scheme"
 	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
+	"github.com/samplecrd/network-apiserver/pkg/leasereclaim"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/linux"
 )
 
@@ -79,6 +81,10 @@ type ControllerOptions struct {
 	NodeLabels map[string]string
 	// Lease is the agent's Lease (lease.go).
 	Lease LeaseOptions
+	// ContainerRuntimeEndpoint is the node's CRI socket (a path or unix:// URL): leases whose
+	// pod sandbox it no longer has are released after LeaseReclaimGrace. Empty: none are.
+	ContainerRuntimeEndpoint string
+	LeaseReclaimGrace        time.Duration
 }
 
 // Core is what the controller uses of the core Kubernetes API; a nil field turns that use off
@@ -106,6 +112,8 @@ func NewControllerOptions() *ControllerOptions {
 
 		MinFreeAddresses: networkcontroller.DefaultMinFreeAddresses,
 		Lease:            DefaultLeaseOptions,
+
+		LeaseReclaimGrace: leasereclaim.DefaultGrace,
 	}
 }
 
@@ -135,6 +143,10 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 	fs.StringToStringVar(&c.NodeLabels, "node-labels", c.NodeLabels,
 		"This node's labels (k=v,...) that Networks' spec.nodeSelector is matched against while no Node of it is watched (standalone mode); with a Node (--watch-node), the Node's labels count instead. Default none: only Networks without a selector, or with one that requires no label, are realised here.")
 	c.Lease.addFlags(fs)
+	fs.StringVar(&c.ContainerRuntimeEndpoint, "container-runtime-endpoint", c.ContainerRuntimeEndpoint,
+		"The node's container runtime socket (CRI, for example /run/containerd/containerd.sock): an address leased to a pod sandbox the runtime no longer has, in any state, is released after --lease-reclaim-grace. Empty: no lease is ever released, and every status.nodes entry says leaseReclaim \"Off: no container runtime endpoint\".")
+	fs.DurationVar(&c.LeaseReclaimGrace, "lease-reclaim-grace", c.LeaseReclaimGrace,
+		"How long a lease must have had no pod sandbox in the container runtime, in every look, and its record have existed, before it is released. It must be longer than any CNI ADD takes: a runtime lists a sandbox only once its ADD has returned.")
 	fs.BoolVar(&c.WatchNode, "watch-node", c.WatchNode,
 		"Watch the Node named --node-name through the core API (attached mode): while it is not Ready this node's status.nodes entries say NodeNotReady; once it is deleted they say NodeDeleted while this agent holds its Lease and pods hold addresses, and are withdrawn otherwise. Without such a Node, nothing changes.")
 }
@@ -173,6 +185,14 @@ func (c *ControllerOptions) Validate() []error {
 	if c.MinFreeAddresses < 1 {
 		errs = append(errs, fmt.Errorf("--min-free-addresses must be at least 1"))
 	}
+	if c.ContainerRuntimeEndpoint != "" {
+		if _, err := cri.SocketPath(c.ContainerRuntimeEndpoint); err != nil {
+			errs = append(errs, fmt.Errorf("--container-runtime-endpoint: %v", err))
+		}
+	}
+	if c.LeaseReclaimGrace < time.Second {
+		errs = append(errs, fmt.Errorf("--lease-reclaim-grace must be at least 1s (longer than any CNI ADD), not %v", c.LeaseReclaimGrace))
+	}
 	if c.ResyncPeriod <= 0 || c.GCInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--controller-resync-period and --controller-gc-interval must be positive"))
 	}
@@ -200,6 +220,17 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 		return err
 	}
 	opts.UnderlayLink = c.UnderlayInterface
+	if c.ContainerRuntimeEndpoint != "" {
+		runtime, err := cri.New(c.ContainerRuntimeEndpoint, cri.DefaultTimeout)
+		if err != nil {
+			return err
+		}
+		defer runtime.Close()
+		if opts.LeaseReclaim, err = leasereclaim.New(runtime, backendLeases{backend}, c.LeaseReclaimGrace); err != nil {
+			return err
+		}
+		opts.LeaseReclaimGrace = c.LeaseReclaimGrace
+	}
 	if core.Events != nil {
 		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: core.Events.CoreV1().Events("")})
@@ -347,3 +378,9 @@ func (b *Background) Check(*http.Request) error {
 	}
 	return nil
 }
+
+// backendLeases is the Linux backend's leases for the lease reclaim: those of every Network of
+// ours on the node.
+type backendLeases struct{ *linux.Backend }
+
+func (b backendLeases) Keys(ctx context.Context) ([]string, error) { return b.List(ctx) }

@@ -19,6 +19,7 @@ package agent
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -88,6 +89,38 @@ func TestNodeLabelsFlag(t *testing.T) {
 	for _, err := range errs {
 		if !strings.Contains(err.Error(), "--node-labels") {
 			t.Errorf("error does not name the flag: %v", err)
+		}
+	}
+}
+
+func TestLeaseReclaimFlags(t *testing.T) {
+	o := NewControllerOptions()
+	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+	o.AddFlags(fs, false)
+	if o.ContainerRuntimeEndpoint != "" || o.LeaseReclaimGrace != 5*time.Minute {
+		t.Fatalf("defaults: endpoint %q, grace %v; want none and 5m", o.ContainerRuntimeEndpoint, o.LeaseReclaimGrace)
+	}
+	if err := fs.Parse([]string{"--container-runtime-endpoint", "unix:///run/containerd/containerd.sock", "--lease-reclaim-grace", "30s"}); err != nil {
+		t.Fatal(err)
+	}
+	if errs := o.Validate(); len(errs) != 0 {
+		t.Fatalf("valid flags: %v", errs)
+	}
+	for _, tc := range []struct {
+		endpoint string
+		grace    time.Duration
+		flag     string
+	}{
+		{"tcp://10.0.0.1:1234", time.Minute, "--container-runtime-endpoint"},
+		{"run/containerd.sock", time.Minute, "--container-runtime-endpoint"},
+		{"", 0, "--lease-reclaim-grace"},
+		{"", 10 * time.Millisecond, "--lease-reclaim-grace"},
+		{"", -time.Minute, "--lease-reclaim-grace"},
+	} {
+		o.ContainerRuntimeEndpoint, o.LeaseReclaimGrace = tc.endpoint, tc.grace
+		errs := o.Validate()
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), tc.flag) {
+			t.Errorf("endpoint %q grace %v: errors %v, want one naming %s", tc.endpoint, tc.grace, errs, tc.flag)
 		}
 	}
 }

@@ -42,6 +42,7 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	informers "github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions/samplecrd/v1"
 	listers "github.com/samplecrd/network-apiserver/pkg/generated/listers/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/leasereclaim"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 )
 
@@ -89,6 +90,11 @@ type Options struct {
 	// known (standalone mode has none: --node-labels); once the Node has been seen, its labels
 	// count instead. A node a Network does not select keeps nothing of it (see deselect).
 	NodeLabels labels.Set
+	// LeaseReclaim, when set, releases leases whose pod sandbox the node's container runtime no
+	// longer has, every reclaimInterval(LeaseReclaimGrace); its state is every entry's
+	// leaseReclaim. nil: nothing is released and the entries say so.
+	LeaseReclaim      *leasereclaim.Reclaimer
+	LeaseReclaimGrace time.Duration
 }
 
 // Controller converges one node's networks with the Networks in the API.
@@ -209,6 +215,13 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 		}
 	})
 	running.Go(func() { wait.UntilWithContext(ctx, c.collectGarbage, c.opts.GCInterval) })
+	if c.opts.LeaseReclaim != nil {
+		// Its own loop: a leak makes no event the controller sees, the grace needs looks at a
+		// steady pace, and one ListPodSandbox serves every Network. The first pass runs before
+		// the workers, so the first reports already say whether the runtime answers.
+		c.reclaimPass(ctx)
+		running.Go(func() { c.runReclaim(ctx) })
+	}
 	for range workers {
 		running.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
 	}

@@ -113,6 +113,7 @@ func (c *Controller) drain(ctx context.Context, key string, n *v1.Network, actua
 		}
 		leases := int32(len(actual.Leases))
 		extra.leases = &leases
+		extra.leaseReclaim = c.leaseReclaimState()
 	}
 	if c.blockLister != nil {
 		desired.Blocks = blocksOf(c.nodeAllocation(n), desired.Prefix)

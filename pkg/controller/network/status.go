@@ -35,6 +35,8 @@ type entryExtra struct {
 	blocks   []string
 	mtu      int32
 	leases   *int32
+	// leaseReclaim: whether the node releases leaked leases (reported beside leases).
+	leaseReclaim string
 }
 
 // report applies this node's status entry, unless it already says the same, and returns the
@@ -58,6 +60,7 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 		entry.UnderlayAddress, entry.VXLAN = extra.underlay, extra.vxlan
 		entry.MTU = extra.mtu
 		entry.Leases = extra.leases
+		entry.LeaseReclaim = extra.leaseReclaim
 	}
 	if failure != nil {
 		entry.Reason, entry.Message = netbackend.ReasonOf(failure), failure.Error()

@@ -95,6 +95,7 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 				}
 				leases := int32(len(actual.Leases))
 				extra.leases = &leases
+				extra.leaseReclaim = c.leaseReclaimState()
 				if !view.legacy && (view.failure == nil || netbackend.ReasonOf(view.failure) == netbackend.ReasonSegmentDown) {
 					added, err := c.keepHeadroom(ctx, n, desired.Prefix, desired.Gateway, *view, actual.Leases, len(outcome.Ports))
 					if added {

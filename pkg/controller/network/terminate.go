@@ -82,7 +82,7 @@ func (c *Controller) terminate(ctx context.Context, key string, n *v1.Network) (
 			// The message does not count down: each recheck would rewrite the status. The entry
 			// reports the leases: while it does, the server keeps the Network.
 			leased := int32(len(actual.Leases))
-			if _, err := c.report(ctx, n, 0, &entryExtra{leases: &leased}, netbackend.Errorf(ReasonTerminating,
+			if _, err := c.report(ctx, n, 0, &entryExtra{leases: &leased, leaseReclaim: c.leaseReclaimState()}, netbackend.Errorf(ReasonTerminating,
 				"the Network is being deleted; no pods are attached on node %s, but addresses %s are still leased (a runtime's DEL under way?): waiting for their release, at most %v",
 				c.opts.NodeName, strings.Join(actual.Leases, ", "), c.opts.LeaseGrace)); err != nil {
 				return "error", err

@@ -83,6 +83,9 @@ func ApplyNodeEntry(ctx context.Context, client versioned.Interface, n *v1.Netwo
 	if entry.Leases != nil {
 		node.WithLeases(*entry.Leases)
 	}
+	if entry.LeaseReclaim != "" {
+		node.WithLeaseReclaim(entry.LeaseReclaim)
+	}
 	apply := applyv1.Network(n.Name, n.Namespace).WithStatus(applyv1.NetworkStatus().WithNodes(node))
 	if resourceVersion != "" {
 		apply.WithResourceVersion(resourceVersion)

@@ -608,6 +608,13 @@ func schema_pkg_apis_samplecrd_v1_NetworkNodeStatus(ref common.ReferenceCallback
 							Ref:         ref(v1.NodeCapacity{}.OpenAPIModelName()),
 						},
 					},
+					"leaseReclaim": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LeaseReclaim says whether the node's agent releases leases whose pod sandbox no longer exists: \"ContainerRuntime\" (it asks the node's container runtime which sandboxes exist), or \"Off: <why>\" (it cannot ask, so it releases nothing). Absent: the agent does not say.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"nodeName", "ready"},
 			},
@@ -1038,6 +1045,13 @@ func schema_pkg_apis_samplecrd_v1beta1_NetworkNodeStatus(ref common.ReferenceCal
 						SchemaProps: spec.SchemaProps{
 							Description: "Capacity counts the node's addresses. The server derives it from blocks and leases on every status write; a value a client sends is replaced.",
 							Ref:         ref(v1beta1.NodeCapacity{}.OpenAPIModelName()),
+						},
+					},
+					"leaseReclaim": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LeaseReclaim says whether the node's agent releases leases whose pod sandbox no longer exists: \"ContainerRuntime\" (it asks the node's container runtime which sandboxes exist), or \"Off: <why>\" (it cannot ask, so it releases nothing). Absent: the agent does not say.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 				},

@@ -117,6 +117,7 @@ func fillNetworkStatus(s *samplecrd.NetworkStatus, c randfill.Continue) {
 			node.Blocks = []string{fmt.Sprintf("10.66.%d.0/26", i%256), fmt.Sprintf("10.66.%d.64/27", i%256)}
 			node.MTU = 1450
 			node.IPAMMode = samplecrd.IPAMModeBlocks
+			node.LeaseReclaim = []string{"", samplecrd.LeaseReclaimContainerRuntime, "Off: no container runtime endpoint"}[c.Intn(3)]
 			node.Leases = nil
 			if c.Intn(2) == 0 {
 				leases := int32(c.Intn(3))

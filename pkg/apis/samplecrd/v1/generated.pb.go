@@ -418,6 +418,11 @@ func (m *NetworkNodeStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.LeaseReclaim)
+	copy(dAtA[i:], m.LeaseReclaim)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.LeaseReclaim)))
+	i--
+	dAtA[i] = 0x7a
 	if m.Capacity != nil {
 		{
 			size, err := m.Capacity.MarshalToSizedBuffer(dAtA[:i])
@@ -831,6 +836,8 @@ func (m *NetworkNodeStatus) Size() (n int) {
 		l = m.Capacity.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
+	l = len(m.LeaseReclaim)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -1021,6 +1028,7 @@ func (this *NetworkNodeStatus) String() string {
 		`IPAMMode:` + fmt.Sprintf("%v", this.IPAMMode) + `,`,
 		`Leases:` + valueToStringGenerated(this.Leases) + `,`,
 		`Capacity:` + strings.Replace(this.Capacity.String(), "NodeCapacity", "NodeCapacity", 1) + `,`,
+		`LeaseReclaim:` + fmt.Sprintf("%v", this.LeaseReclaim) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -2586,6 +2594,38 @@ func (m *NetworkNodeStatus) Unmarshal(dAtA []byte) error {
 			if err := m.Capacity.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
+			iNdEx = postIndex
+		case 15:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field LeaseReclaim", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.LeaseReclaim = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

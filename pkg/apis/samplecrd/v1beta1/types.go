@@ -184,6 +184,11 @@ type NetworkNodeStatus struct {
 	// status write; a value a client sends is replaced.
 	// +optional
 	Capacity *NodeCapacity `json:"capacity,omitempty" protobuf:"bytes,14,opt,name=capacity"`
+	// LeaseReclaim says whether the node's agent releases leases whose pod sandbox no longer
+	// exists: "ContainerRuntime" (it asks the node's container runtime which sandboxes exist),
+	// or "Off: <why>" (it cannot ask, so it releases nothing). Absent: the agent does not say.
+	// +optional
+	LeaseReclaim string `json:"leaseReclaim,omitempty" protobuf:"bytes,15,opt,name=leaseReclaim"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -21,6 +21,7 @@ package validation
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -100,6 +101,9 @@ func validateNodes(nodes []samplecrd.NetworkNodeStatus, prefix netip.Prefix, pat
 	return allErrs
 }
 
+// maxLeaseReclaim bounds a node entry's leaseReclaim (it is repeated in every Network's entry).
+const maxLeaseReclaim = 128
+
 // validateNodeSegment checks the fields of an entry that describe the node's part of the segment
 // and its blocks; prefix is the Network's (invalid when spec.cidr is not a valid prefix).
 func validateNodeSegment(node *samplecrd.NetworkNodeStatus, prefix netip.Prefix, p *field.Path) field.ErrorList {
@@ -153,6 +157,13 @@ func validateNodeSegment(node *samplecrd.NetworkNodeStatus, prefix netip.Prefix,
 	}
 	if node.Leases != nil && *node.Leases < 0 {
 		allErrs = append(allErrs, field.Invalid(p.Child("leases"), *node.Leases, "must not be negative"))
+	}
+	switch r := node.LeaseReclaim; {
+	case len(r) > maxLeaseReclaim:
+		allErrs = append(allErrs, field.TooLong(p.Child("leaseReclaim"), "", maxLeaseReclaim))
+	case r != "" && r != samplecrd.LeaseReclaimContainerRuntime && !strings.HasPrefix(r, samplecrd.LeaseReclaimOffPrefix):
+		allErrs = append(allErrs, field.Invalid(p.Child("leaseReclaim"), r,
+			fmt.Sprintf("must be %q or start with %q", samplecrd.LeaseReclaimContainerRuntime, samplecrd.LeaseReclaimOffPrefix)))
 	}
 	return allErrs
 }

@@ -516,6 +516,12 @@ func TestValidateNodeSegmentFields(t *testing.T) {
 			[]wantErr{{field.ErrorTypeNotSupported, "status.nodes[0].ipamMode", ""}}},
 		{"negative leases", entry(func(e *samplecrd.NetworkNodeStatus) { e.Leases = &neg }),
 			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].leases", "must not be negative"}}},
+		{"leaseReclaim on", entry(func(e *samplecrd.NetworkNodeStatus) { e.LeaseReclaim = samplecrd.LeaseReclaimContainerRuntime }), nil},
+		{"leaseReclaim off", entry(func(e *samplecrd.NetworkNodeStatus) { e.LeaseReclaim = "Off: no container runtime endpoint" }), nil},
+		{"leaseReclaim unknown", entry(func(e *samplecrd.NetworkNodeStatus) { e.LeaseReclaim = "Maybe" }),
+			[]wantErr{{field.ErrorTypeInvalid, "status.nodes[0].leaseReclaim", `must be "ContainerRuntime" or start with "Off: "`}}},
+		{"leaseReclaim too long", entry(func(e *samplecrd.NetworkNodeStatus) { e.LeaseReclaim = "Off: " + strings.Repeat("x", 200) }),
+			[]wantErr{{field.ErrorTypeTooLong, "status.nodes[0].leaseReclaim", ""}}},
 		{"vxlan name too long", entry(func(e *samplecrd.NetworkNodeStatus) { e.VXLAN = "vx0123456789abcdef" }),
 			[]wantErr{{field.ErrorTypeTooLong, "status.nodes[0].vxlan", ""}}},
 	}

@@ -99,6 +99,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: ipamMode
       type:
         scalar: string
+    - name: leaseReclaim
+      type:
+        scalar: string
     - name: leases
       type:
         scalar: numeric

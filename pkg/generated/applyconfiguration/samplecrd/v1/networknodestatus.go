@@ -57,6 +57,10 @@ type NetworkNodeStatusApplyConfiguration struct {
 	// Capacity counts the node's addresses. The server derives it from blocks and leases on every
 	// status write; a value a client sends is replaced.
 	Capacity *NodeCapacityApplyConfiguration `json:"capacity,omitempty"`
+	// LeaseReclaim says whether the node's agent releases leases whose pod sandbox no longer
+	// exists: "ContainerRuntime" (it asks the node's container runtime which sandboxes exist),
+	// or "Off: <why>" (it cannot ask, so it releases nothing). Absent: the agent does not say.
+	LeaseReclaim *string `json:"leaseReclaim,omitempty"`
 }
 
 // NetworkNodeStatusApplyConfiguration constructs a declarative configuration of the NetworkNodeStatus type for use with
@@ -176,5 +180,13 @@ func (b *NetworkNodeStatusApplyConfiguration) WithLeases(value int32) *NetworkNo
 // If called multiple times, the Capacity field is set to the value of the last call.
 func (b *NetworkNodeStatusApplyConfiguration) WithCapacity(value *NodeCapacityApplyConfiguration) *NetworkNodeStatusApplyConfiguration {
 	b.Capacity = value
+	return b
+}
+
+// WithLeaseReclaim sets the LeaseReclaim field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LeaseReclaim field is set to the value of the last call.
+func (b *NetworkNodeStatusApplyConfiguration) WithLeaseReclaim(value string) *NetworkNodeStatusApplyConfiguration {
+	b.LeaseReclaim = &value
 	return b
 }
