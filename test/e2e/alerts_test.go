@@ -17,11 +17,21 @@ limitations under the License.
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
 
@@ -93,7 +103,84 @@ func TestCapacityAlertsAggregated(t *testing.T) {
 	if len(lines) != 2 || !strings.Contains(out, want[0]+"\n") || !strings.Contains(out, want[1]+"\n") {
 		t.Errorf("events of the Network:\n%s\nwant exactly:\n%s", out, strings.Join(want, "\n"))
 	}
-	if got := c.kubectl(t, "get", "events", "--field-selector", "involvedObject.name=nearly"); !strings.Contains(got, "network/nearly") {
-		t.Logf("kubectl get events:\n%s", got)
+	t.Logf("kubectl get events:\n%s", c.kubectl(t, "get", "events", "--field-selector", "involvedObject.name=nearly"))
+}
+
+// TestCapacityEventOnceWithTwoReplicas: two replicas on one etcd, each node's entry applied as its
+// agent does but through a different replica, both at once. Every round takes used from 10 to 12
+// of 13 in two concurrent writes (whichever lands first crosses 80%): one Warning per round,
+// never two, although both replicas saw a write take the Network above 80%. The rounds' resets
+// (12 back to 10) alternate between the replicas, and the last event each replica sends is a
+// Normal one, so once every Normal has arrived no Warning is still on its way.
+func TestCapacityEventOnceWithTwoReplicas(t *testing.T) {
+	netnstest.RequireRoot(t)
+	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
+	c := localCluster(t, "REPLICAS=2")
+	c.kubectl(t, "create", "-f", writeManifest(t, "nearly.yaml", networkYAML("nearly", "10.89.0.0/28", "  gateway: 10.89.0.1")))
+	var replicas [2]versioned.Interface
+	for i := range replicas {
+		cfg, err := clientcmd.BuildConfigFromFlags("", c.kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Host = fmt.Sprintf("https://127.0.0.1:%d", c.local.NetworkPort+i)
+		cfg.TLSClientConfig.CAData, cfg.TLSClientConfig.CAFile = nil, c.local.Path("pki/serving-ca.crt")
+		if replicas[i], err = versioned.NewForConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	apply := func(replica int, node string, leases int32) {
+		n, err := replicas[replica].SamplecrdV1().Networks("default").Get(ctx, "nearly", metav1.GetOptions{})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		entry := v1.NetworkNodeStatus{NodeName: node, Ready: true, ObservedGeneration: n.Generation, Leases: ptr.To(leases)}
+		if _, err := nodestatus.ApplyNodeEntry(ctx, replicas[replica], n, entry, ""); err != nil {
+			t.Errorf("replica %d, %s leases %d: %v", replica, node, leases, err)
+		}
+	}
+	const rounds = 6
+	apply(0, "n1", 5)
+	apply(1, "n2", 5) // used 10 of 13: below 80%
+	for round := range rounds {
+		var both sync.WaitGroup
+		both.Go(func() { apply(0, "n1", 6) })
+		both.Go(func() { apply(1, "n2", 6) })
+		both.Wait() // used 12
+		// Back to 10, through one replica then the other.
+		apply(round%2, "n1", 5)
+		apply(round%2, "n2", 5)
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	// The last round's reset went through replica 1; one more crossing up and down through
+	// replica 0 makes its last event a Normal one too.
+	apply(0, "n1", 6)
+	apply(0, "n1", 5)
+
+	sums := func() (map[string]int, string) {
+		out, _ := c.kubectlErr("get", "events", "--field-selector", "involvedObject.kind=Network,involvedObject.name=nearly",
+			"-o", `jsonpath={range .items[*]}{.reason} {.count}{"\n"}{end}`)
+		got := map[string]int{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Fields(line); len(f) == 2 {
+				n, _ := strconv.Atoi(f[1])
+				got[f[0]] += n
+			}
+		}
+		return got, out
+	}
+	eventually(t, 2*time.Minute, "every Normal event", func() (bool, string) {
+		got, out := sums()
+		return got["AddressesBelowThreshold"] >= rounds+1, out
+	})
+	got, out := sums()
+	if got["AddressesNearlyExhausted"] != rounds+1 || got["AddressesBelowThreshold"] != rounds+1 {
+		t.Errorf("events (reason count):\n%s\nwant %d crossings up and %d down", out, rounds+1, rounds+1)
+	}
+	t.Logf("events (reason count):\n%s", out)
 }
