@@ -17,12 +17,17 @@ limitations under the License.
 package integration
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -193,4 +198,79 @@ func TestAddressesExhaustedAndGauges(t *testing.T) {
 		t.Fatal(err)
 	}
 	condition("the node withdrawn", metav1.ConditionFalse, "AddressesAvailable", "lacks an address block")
+}
+
+// TestCapacityScrapeCost measures what a scrape of /metrics costs a real server holding
+// CAPACITY_SCRAPE_NETWORKS Networks (skipped without it), with per-Network series for half of
+// them (CAPACITY_SCRAPE_MODE=namespace: none): the time of a whole /metrics answer and its bytes,
+// logged for docs/operations.md. It checks the series it counts, not the time.
+func TestCapacityScrapeCost(t *testing.T) {
+	count, _ := strconv.Atoi(os.Getenv("CAPACITY_SCRAPE_NETWORKS"))
+	if count <= 0 {
+		t.Skip("set CAPACITY_SCRAPE_NETWORKS to measure")
+	}
+	perNetwork := count / 2
+	mode := os.Getenv("CAPACITY_SCRAPE_MODE")
+	if mode == "namespace" {
+		perNetwork = 0
+	}
+	s := framework.StartForTest(t, "--capacity-metrics-max-networks="+strconv.Itoa(count/2), "--capacity-metrics="+cmp.Or(mode, "network"))
+	ctx := testContext(t)
+	client := jsonClient(t, s)
+	namespaces := []string{testNamespace(t), testNamespace(t), testNamespace(t), testNamespace(t)}
+	var wg sync.WaitGroup
+	var failed atomic.Int32
+	next := atomic.Int64{}
+	for range 8 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= count {
+					return
+				}
+				n := newNetwork(fmt.Sprintf("net-%06d", i), fmt.Sprintf("10.%d.%d.%d/28", 100+i/4096, i/16%256, i%16*16), "")
+				if _, err := client.SamplecrdV1().Networks(namespaces[i%4]).Create(ctx, n, metav1.CreateOptions{}); err != nil {
+					t.Error(err)
+					failed.Add(1)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.FailNow()
+	}
+	cfg := rest.CopyConfig(s.Config)
+	cfg.Host = s.URL
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		start := time.Now()
+		resp, err := hc.Get(s.URL + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		took := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		series, bytes := 0, 0
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "network_apiserver_network_addresses{") {
+				series++
+				bytes += len(line) + 1
+			}
+		}
+		// A new Network's capacity has all four states (used 0).
+		if series != 4*perNetwork {
+			t.Fatalf("%d per-Network series, want %d", series, 4*perNetwork)
+		}
+		t.Logf("scrape %d: %d Networks, %d per-Network series (%d bytes of them), whole /metrics %d bytes in %s",
+			round, count, series, bytes, len(body), took.Round(time.Millisecond))
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -181,7 +182,10 @@ func parse(c *samplecrd.NetworkCapacity) (counts, bool) {
 		if v == "" {
 			continue
 		}
-		if n, ok := new(big.Int).SetString(v, 10); ok {
+		// Most counts fit a uint64: parsed without math/big's slower path.
+		if u, err := strconv.ParseUint(v, 10, 64); err == nil {
+			out[i] = new(big.Int).SetUint64(u)
+		} else if n, ok := new(big.Int).SetString(v, 10); ok {
 			out[i] = n
 		}
 	}
