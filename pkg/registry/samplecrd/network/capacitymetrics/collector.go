@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -45,6 +46,9 @@ const (
 	// ModeNone exports no capacity series.
 	ModeNone = "none"
 )
+
+// listTimeout bounds a scrape's LIST of the Networks.
+const listTimeout = 10 * time.Second
 
 // Modes are the values --capacity-metrics takes.
 var Modes = []string{ModeNetwork, ModeNamespace, ModeNone}
@@ -161,7 +165,10 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 	if s == nil || s.opts.Mode == ModeNone {
 		return
 	}
-	networks, err := s.list(context.Background())
+	// A scrape waits for no slow store: a LIST of the watch cache answers at once when it is ready.
+	ctx, cancel := context.WithTimeout(context.Background(), listTimeout)
+	defer cancel()
+	networks, err := s.list(ctx)
 	if err != nil {
 		// A scrape without the gauges (absent, not zero) rather than a failed /metrics.
 		klog.ErrorS(err, "Listing Networks for the capacity metrics")
