@@ -36,6 +36,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
@@ -46,6 +47,7 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator/repair"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/capacitymetrics"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 	networkstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/storage"
 )
@@ -87,6 +89,11 @@ type ExtraConfig struct {
 	// VerifyInterval is how often the allocation invariant is verified (and what is safe to fix,
 	// fixed), starting right after the server starts.
 	VerifyInterval time.Duration
+	// Events, set in attached mode, records the Events of Networks crossing 80% used; nil
+	// (standalone: no core API) records none.
+	Events record.EventRecorder
+	// CapacityMetrics bounds the capacity gauges on /metrics.
+	CapacityMetrics capacitymetrics.Options
 }
 
 // CompletedConfig is a Config whose defaults have been filled in; only it can build a server.
@@ -131,6 +138,31 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating network storage: %w", err)
 	}
+
+	if c.extra.Events != nil {
+		storage.Status.Observe(capacityEvents(c.extra.Events))
+	}
+	listNetworks := func(ctx context.Context) ([]*samplecrd.Network, error) {
+		obj, err := storage.Network.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll),
+			&metainternalversion.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return nil, err
+		}
+		list := obj.(*samplecrd.NetworkList)
+		out := make([]*samplecrd.Network, len(list.Items))
+		for i := range list.Items {
+			out[i] = &list.Items[i]
+		}
+		return out, nil
+	}
+	generic.AddPostStartHookOrDie("capacity-metrics", func(hook genericapiserver.PostStartHookContext) error {
+		unregister := capacitymetrics.Register(listNetworks, c.extra.CapacityMetrics)
+		go func() {
+			<-hook.Done()
+			unregister()
+		}()
+		return nil
+	})
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(samplecrd.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	group.NegotiatedSerializer = groupSerializer(group.NegotiatedSerializer)

@@ -133,6 +133,17 @@ const (
 // ConditionReady is the condition type that says whether the Network is realised.
 const ConditionReady = "Ready"
 
+// ConditionAddressesExhausted is the condition type that says whether some node needs an address
+// block of the Network and none is left. The server derives it from the node entries: True when
+// an entry's reason is ReasonAddressesExhausted (the reason an agent reports when its block claim
+// answers 409 AddressesExhausted), False otherwise.
+const ConditionAddressesExhausted = "AddressesExhausted"
+
+// ReasonAddressesExhausted is a node entry's reason when the node needs a block (its first, or
+// another because its free addresses ran low) and the Network has none left; it is also the
+// reason of a block claim's 409 and of the True AddressesExhausted condition: one name for one fact.
+const ReasonAddressesExhausted = "AddressesExhausted"
+
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // NetworkList is a list of Networks.

@@ -53,6 +53,7 @@ import (
 	generatedopenapi "github.com/samplecrd/network-apiserver/pkg/generated/openapi"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/release"
 	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/capacitymetrics"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 	"github.com/samplecrd/network-apiserver/pkg/standaloneauth"
 )
@@ -99,6 +100,9 @@ type Options struct {
 	TemplateFile string
 	// TemplateNamespace is where the network-template ConfigMap is read from in attached mode.
 	TemplateNamespace string
+	// CapacityMetrics bounds the capacity gauges on /metrics (--capacity-metrics,
+	// --capacity-metrics-max-networks).
+	CapacityMetrics capacitymetrics.Options
 	// Standalone is decided by Complete: true when no core Kubernetes API is configured.
 	Standalone bool
 
@@ -130,6 +134,7 @@ func NewOptions(out io.Writer) *Options {
 		AgentIdentity:            slices.Clone(nodeidentity.DefaultAgents),
 		VNIRange:                 segment.DefaultRange.String(),
 		BlockReleaseGrace:        release.DefaultGrace,
+		CapacityMetrics:          capacitymetrics.Options{Mode: capacitymetrics.ModeNetwork, MaxNetworks: capacitymetrics.DefaultMaxNetworks},
 		Out:                      out,
 	}
 	// Cache snapshots answer paged LISTs and LISTs at an older resourceVersion from the watch
@@ -198,6 +203,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"A node's address blocks of a Network are released when two observations this far apart both find that none of its pods can hold an address "+
 			"in them (standalone: the node has no status.nodes entry; attached: its Node is deleted and its entry is gone or reports leases: 0), "+
 			"with the Network and the node's BlockAllocation unchanged in between.")
+	fs.StringVar(&o.CapacityMetrics.Mode, "capacity-metrics", o.CapacityMetrics.Mode,
+		"Which capacity gauges /metrics exports: \"network\" (network_apiserver_network_addresses for at most --capacity-metrics-max-networks Networks, "+
+			"the fullest, and the per-namespace sums network_apiserver_namespace_network_addresses), \"namespace\" (the sums only) or \"none\".")
+	fs.IntVar(&o.CapacityMetrics.MaxNetworks, "capacity-metrics-max-networks", o.CapacityMetrics.MaxNetworks,
+		"Most Networks with network_apiserver_network_addresses series of their own (4 each); beyond it the fullest (used/total) keep theirs and "+
+			"network_apiserver_network_addresses_omitted_networks counts the rest. 0 exports none.")
 	fs.StringSliceVar(&o.NetworkPools, "network-pool", o.NetworkPools,
 		"Prefix from which Networks with spec.prefixLength and no spec.cidr get theirs; repeatable, IPv4 and IPv6, tried in order.")
 }
@@ -301,6 +312,7 @@ func (o *Options) Validate() error {
 	if o.AllocationVerifyInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--allocation-verify-interval must be positive"))
 	}
+	errs = append(errs, o.CapacityMetrics.Validate()...)
 	if o.EmbeddedEtcdPort < 0 || o.EmbeddedEtcdPort > 65535 {
 		errs = append(errs, fmt.Errorf("--embedded-etcd-port %d is not a port", o.EmbeddedEtcdPort))
 	}
@@ -359,5 +371,6 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		return nil, err
 	}
 	o.etcdClients = append(o.etcdClients, etcdClient)
+	extra.CapacityMetrics = o.CapacityMetrics
 	return &apiserver.Config{GenericConfig: config, Extra: extra}, nil
 }

@@ -26,6 +26,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 
 	"github.com/samplecrd/network-apiserver/pkg/admission/plugin/noderestriction"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/capacitymetrics"
 )
 
 func parsedOptions(t *testing.T, args ...string) *Options {
@@ -101,14 +102,16 @@ func TestValidateRejectsBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		"negative etcd port": {[]string{"--embedded-etcd-port", "-1"}, "--embedded-etcd-port"},
-		"empty data dir":     {[]string{"--data-dir", ""}, "--data-dir"},
-		"bad media type":     {[]string{"--storage-media-type", "text/plain"}, "--storage-media-type"},
-		"VNI range reversed": {[]string{"--vni-range", "9-7"}, "--vni-range"},
-		"VNI over 24 bits":   {[]string{"--vni-range", "1-16777216"}, "--vni-range"},
-		"VNI range no dash":  {[]string{"--vni-range", "5000"}, "--vni-range"},
-		"negative quota":     {[]string{"--max-free-addresses-per-node", "-1"}, "--max-free-addresses-per-node"},
-		"bad agent node":     {[]string{"--agent-kubeconfig-nodes", "node1,Node_2"}, `--agent-kubeconfig-nodes "Node_2"`},
+		"negative etcd port":   {[]string{"--embedded-etcd-port", "-1"}, "--embedded-etcd-port"},
+		"empty data dir":       {[]string{"--data-dir", ""}, "--data-dir"},
+		"bad media type":       {[]string{"--storage-media-type", "text/plain"}, "--storage-media-type"},
+		"VNI range reversed":   {[]string{"--vni-range", "9-7"}, "--vni-range"},
+		"VNI over 24 bits":     {[]string{"--vni-range", "1-16777216"}, "--vni-range"},
+		"VNI range no dash":    {[]string{"--vni-range", "5000"}, "--vni-range"},
+		"negative quota":       {[]string{"--max-free-addresses-per-node", "-1"}, "--max-free-addresses-per-node"},
+		"bad agent node":       {[]string{"--agent-kubeconfig-nodes", "node1,Node_2"}, `--agent-kubeconfig-nodes "Node_2"`},
+		"bad metrics mode":     {[]string{"--capacity-metrics", "all"}, `--capacity-metrics "all" must be one of network, namespace, none`},
+		"negative metrics max": {[]string{"--capacity-metrics-max-networks", "-1"}, "--capacity-metrics-max-networks -1 must not be negative"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := parsedOptions(t, tc.args...)
@@ -147,5 +150,24 @@ func TestListFromCacheSnapshotDefaultsOff(t *testing.T) {
 	parsedOptions(t, "--data-dir", t.TempDir(), "--feature-gates", "ListFromCacheSnapshot=true")
 	if !utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {
 		t.Error("--feature-gates=ListFromCacheSnapshot=true did not turn it on")
+	}
+}
+
+// The capacity gauges default to per-Network series for the 10,000 fullest Networks, and the
+// flags reach the server's configuration.
+func TestCapacityMetricsFlags(t *testing.T) {
+	o := parsedOptions(t)
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if want := (capacitymetrics.Options{Mode: capacitymetrics.ModeNetwork, MaxNetworks: 10000}); o.CapacityMetrics != want {
+		t.Errorf("defaults %+v, want %+v", o.CapacityMetrics, want)
+	}
+	o = parsedOptions(t, "--capacity-metrics=namespace", "--capacity-metrics-max-networks=0")
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if want := (capacitymetrics.Options{Mode: capacitymetrics.ModeNamespace}); o.CapacityMetrics != want {
+		t.Errorf("parsed %+v, want %+v", o.CapacityMetrics, want)
 	}
 }

@@ -25,8 +25,12 @@ import (
 	"strconv"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 
@@ -108,6 +112,19 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		config.Extra.Nodes = nodes.release()
 		config.Extra.NodeLabels = nodes.release().Labels
+	}
+	// Attached mode: the Events of Networks crossing 80% used go to the core API. Standalone
+	// mode has no Events API: it records none.
+	if client := config.GenericConfig.ClientConfig; client != nil && !o.Standalone {
+		kube, err := kubernetes.NewForConfig(client)
+		if err != nil {
+			return err
+		}
+		broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+		broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
+		defer broadcaster.Shutdown()
+		host, _ := os.Hostname()
+		config.Extra.Events = broadcaster.NewRecorder(clientscheme.Scheme, corev1.EventSource{Component: "network-apiserver", Host: host})
 	}
 	server, err := config.Complete().New()
 	if err != nil {

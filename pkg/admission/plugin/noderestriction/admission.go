@@ -211,13 +211,14 @@ func Changes(node string, n, old *samplecrd.Network) []string {
 	return changed
 }
 
-// conditions are the Network's conditions without the Ready condition when the server derives it.
+// conditions are the Network's conditions without those the server derives: AddressesExhausted
+// always (no client write sets it: the status strategy keeps the stored one, then derives it), and
+// Ready when there are node entries.
 func conditions(n *samplecrd.Network, derived bool) []metav1.Condition {
-	if !derived {
-		return n.Status.Conditions
-	}
 	out := slices.Clone(n.Status.Conditions)
-	return slices.DeleteFunc(out, func(c metav1.Condition) bool { return c.Type == samplecrd.ConditionReady })
+	return slices.DeleteFunc(out, func(c metav1.Condition) bool {
+		return c.Type == samplecrd.ConditionAddressesExhausted || (derived && c.Type == samplecrd.ConditionReady)
+	})
 }
 
 func joinFields(fields []string) string {

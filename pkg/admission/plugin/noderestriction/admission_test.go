@@ -87,6 +87,20 @@ func TestValidate(t *testing.T) {
 				n.Status.ObservedGeneration = 1
 				n.ResourceVersion, n.ManagedFields = "8", []metav1.ManagedFieldsEntry{{Manager: "node1"}}
 			}), old: network()},
+		{name: "own entry says AddressesExhausted and the derived condition turns True", user: agentOn("node1"), op: admission.Update, subresource: "status",
+			obj: edit(func(n *samplecrd.Network) {
+				n.Status.Nodes[0].Ready, n.Status.Nodes[0].Reason = false, samplecrd.ReasonAddressesExhausted
+				n.Status.Conditions[0].Status, n.Status.Conditions[0].Reason = metav1.ConditionFalse, samplecrd.ReasonAddressesExhausted
+				n.Status.Conditions = append(n.Status.Conditions, metav1.Condition{Type: samplecrd.ConditionAddressesExhausted,
+					Status: metav1.ConditionTrue, Reason: samplecrd.ReasonAddressesExhausted})
+			}), old: network()},
+		{name: "last entry withdrawn drops the derived AddressesExhausted", user: agentOn("node1"), op: admission.Update, subresource: "status",
+			obj: edit(func(n *samplecrd.Network) { n.Status.Nodes = nil }),
+			old: edit(func(n *samplecrd.Network) {
+				n.Status.Nodes = n.Status.Nodes[:1]
+				n.Status.Conditions = append(n.Status.Conditions, metav1.Condition{Type: samplecrd.ConditionAddressesExhausted,
+					Status: metav1.ConditionFalse, Reason: "AddressesAvailable"})
+			})},
 		{name: "own entry added", user: agentOn("node3"), op: admission.Update, subresource: "status",
 			obj: edit(func(n *samplecrd.Network) {
 				n.Status.Nodes = append(n.Status.Nodes, samplecrd.NetworkNodeStatus{NodeName: "node3"})

@@ -112,6 +112,7 @@ func (networkStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Obje
 		n.Generation = o.Generation + 1
 		// The nodes have not seen the new spec yet: Ready turns False until they have.
 		deriveReadiness(n)
+		deriveExhaustion(n)
 	}
 }
 
@@ -169,6 +170,7 @@ func (networkStatusStrategy) PrepareForUpdate(ctx context.Context, obj, old runt
 	if !serverOwnedStatus(ctx) {
 		n.Status.VNI = o.Status.VNI
 	}
+	keepExhaustion(n, o)
 }
 
 type serverOwnedStatusKey struct{}
@@ -185,11 +187,13 @@ func serverOwnedStatus(ctx context.Context) bool {
 	return v
 }
 
-// Canonicalize derives observedGeneration, Ready and the capacity from the node entries. It runs
-// after ValidateUpdate, so that what the client sent is validated before the server replaces it.
+// Canonicalize derives observedGeneration, Ready, AddressesExhausted and the capacity from the
+// node entries. It runs after ValidateUpdate, so that what the client sent is validated before the
+// server replaces it.
 func (networkStatusStrategy) Canonicalize(obj runtime.Object) {
 	n := obj.(*samplecrd.Network)
 	deriveReadiness(n)
+	deriveExhaustion(n)
 	deriveCapacity(n)
 }
 

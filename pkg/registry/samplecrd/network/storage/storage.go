@@ -64,7 +64,19 @@ type StatusREST struct {
 	// nodeBlocks, when set, reads a node's BlockAllocation of a Network, so that an entry's
 	// status.nodes[].blocks is checked to be a subset of it.
 	nodeBlocks NodeBlocksFunc
+	// observe, when set, is told of every status write that succeeded (not a dry run): the Network
+	// the write was based on and the one it stored.
+	observe ObserveFunc
 }
+
+// ObserveFunc is told of a status write that succeeded: before is the stored Network the write
+// was computed from (the last the generic store's retries read), after what it stored. Exactly one
+// write succeeds from a given resourceVersion, so whatever it decides from the two is decided
+// once, however many replicas serve the same etcd.
+type ObserveFunc func(ctx context.Context, before, after *samplecrd.Network)
+
+// Observe sets the function told of every successful status write (at most one; set before serving).
+func (r *StatusREST) Observe(f ObserveFunc) { r.observe = f }
 
 var (
 	_ rest.StandardStorage     = &REST{}
@@ -309,9 +321,19 @@ func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.Updat
 	if r.nodeBlocks != nil {
 		objInfo = blocksChecker{UpdatedObjectInfo: objInfo, nodeBlocks: r.nodeBlocks}
 	}
+	var seen *baseRecorder
+	if r.observe != nil && !dryrun.IsDryRun(options.DryRun) {
+		seen = &baseRecorder{UpdatedObjectInfo: objInfo}
+		objInfo = seen
+	}
 	out, created, err := r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
 	if err != nil || dryrun.IsDryRun(options.DryRun) {
 		return out, created, err
+	}
+	if seen != nil {
+		if after, ok := out.(*samplecrd.Network); ok && seen.base != nil {
+			r.observe(ctx, seen.base, after)
+		}
 	}
 	// A node's report of no attachments is what releases a Network being deleted.
 	protected, err := protect(ctx, releasingStore{r.main}, out)
@@ -320,6 +342,23 @@ func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.Updat
 		return out, created, err
 	}
 	return protected, created, err
+}
+
+// baseRecorder remembers the stored Network each attempt of an update starts from: after the
+// update succeeded, the last one is the one the stored write was computed from (the generic
+// store calls UpdatedObject again on every retry after a conflict).
+type baseRecorder struct {
+	rest.UpdatedObjectInfo
+	base *samplecrd.Network
+}
+
+func (b *baseRecorder) UpdatedObject(ctx context.Context, oldObj runtime.Object) (runtime.Object, error) {
+	b.base, _ = oldObj.(*samplecrd.Network)
+	if b.base != nil {
+		// What an observer compares (identity and capacity), copied: the stored object is shared.
+		b.base = &samplecrd.Network{ObjectMeta: b.base.ObjectMeta, Status: samplecrd.NetworkStatus{Capacity: b.base.Status.Capacity.DeepCopy()}}
+	}
+	return b.UpdatedObjectInfo.UpdatedObject(ctx, oldObj)
 }
 
 // GetResetFields returns the fields a status write resets, for server-side apply.
