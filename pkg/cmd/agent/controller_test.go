@@ -19,6 +19,7 @@ package agent
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -89,5 +90,25 @@ func TestNodeLabelsFlag(t *testing.T) {
 		if !strings.Contains(err.Error(), "--node-labels") {
 			t.Errorf("error does not name the flag: %v", err)
 		}
+	}
+}
+
+func TestCountReportIntervalFlag(t *testing.T) {
+	o := NewControllerOptions()
+	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+	o.AddFlags(fs, false)
+	if o.CountReportInterval != 30*time.Second {
+		t.Fatalf("default --count-report-interval: %v; want 30s", o.CountReportInterval)
+	}
+	if err := fs.Parse([]string{"--count-report-interval", "2s"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.CountReportInterval != 2*time.Second || len(o.Validate()) != 0 {
+		t.Fatalf("--count-report-interval 2s: %v, %v", o.CountReportInterval, o.Validate())
+	}
+	o.CountReportInterval = 0
+	errs := o.Validate()
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "--count-report-interval") {
+		t.Fatalf("--count-report-interval 0: %v; want one error naming the flag", errs)
 	}
 }
