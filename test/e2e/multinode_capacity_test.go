@@ -455,6 +455,25 @@ func TestMultiNodeCapacityCost(t *testing.T) {
 		dels := statusWrites(t, c.client) - before
 		t.Logf("COST %s: %d DELs (one pod left per node and Network): %v status writes, %.2f per DEL",
 			mode, pairs*(perPair-1), dels, dels/float64(pairs*(perPair-1)))
+		// A busy node: one pod after the other on n1 in cost0 (each ADD or DEL returned before
+		// the next starts), the steady churn that a burst's merged syncs hide.
+		n1 := c.nodes[0]
+		for _, step := range []string{"ADD", "DEL"} {
+			before = statusWrites(t, c.client)
+			start = time.Now()
+			for range perPair {
+				if step == "ADD" {
+					pods[0].addMany(1, n1)
+				} else {
+					pods[0].delMany(1, n1)
+				}
+			}
+			took := time.Since(start)
+			capWait(t, c.client, names[0], keys[0], pods[0], c.nodes, mode+": cost0 after one "+step+" after the other on n1")
+			writes := statusWrites(t, c.client) - before
+			t.Logf("COST %s: %d %ss one after the other on one node in %v: %v status writes, %.2f per %s",
+				mode, perPair, step, took.Round(time.Millisecond), writes, writes/float64(perPair), step)
+		}
 		for i := range pods {
 			pods[i].delMany(1, c.nodes...)
 		}
