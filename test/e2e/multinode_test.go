@@ -177,8 +177,9 @@ func TestMultiNodeAddressesUnique(t *testing.T) {
 			t.Errorf("kubectl get blk does not show %s's block %s:\n%s", n.name, blocksOf[n.name][0], out)
 		}
 	}
+	// The leases may take an agent's --count-report-interval (30s) and a sync to show.
 	var nw *v1.Network
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
 		if nw, err = client.SamplecrdV1().Networks("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return false, nil

@@ -71,6 +71,9 @@ type ControllerOptions struct {
 	WatchNode bool
 	// MinFreeAddresses is the free addresses the node keeps in its blocks of each Network.
 	MinFreeAddresses int
+	// CountReportInterval: a change of an entry's counts alone (leases, attachments) is
+	// written at most once per interval per Network.
+	CountReportInterval time.Duration
 	// UnderlayAddress, UnderlayInterface and OverlayMTU place the node on the network between
 	// nodes (see AddFlags); all empty: no segment, one node alone.
 	UnderlayAddress   string
@@ -110,8 +113,9 @@ func NewControllerOptions() *ControllerOptions {
 		GCInterval:   5 * time.Minute,
 		WatchNode:    true,
 
-		MinFreeAddresses: networkcontroller.DefaultMinFreeAddresses,
-		Lease:            DefaultLeaseOptions,
+		MinFreeAddresses:    networkcontroller.DefaultMinFreeAddresses,
+		CountReportInterval: networkcontroller.DefaultCountReportInterval,
+		Lease:               DefaultLeaseOptions,
 
 		LeaseReclaimGrace: leasereclaim.DefaultGrace,
 	}
@@ -134,6 +138,8 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 	fs.DurationVar(&c.GCInterval, "controller-gc-interval", c.GCInterval, "How often bridges and configurations without a Network are removed.")
 	fs.IntVar(&c.MinFreeAddresses, "min-free-addresses", c.MinFreeAddresses,
 		"Free addresses the node keeps in its address blocks of each Network: below that it claims another block from the server (a pod ADD itself never asks the server).")
+	fs.DurationVar(&c.CountReportInterval, "count-report-interval", c.CountReportInterval,
+		"A change of this node's address counts alone (leases and attachments in a Network's status.nodes entry) is written at most once per interval per Network; the last change is written when the interval ends. Any other change of the entry is written at once, with the counts as they are.")
 	fs.StringVar(&c.UnderlayAddress, "underlay-address", c.UnderlayAddress,
 		"This node's address on the network between nodes: the source of its VXLAN traffic and what the other nodes send to. Empty: --underlay-interface's address.")
 	fs.StringVar(&c.UnderlayInterface, "underlay-interface", c.UnderlayInterface,
@@ -193,6 +199,9 @@ func (c *ControllerOptions) Validate() []error {
 	if c.LeaseReclaimGrace < time.Second {
 		errs = append(errs, fmt.Errorf("--lease-reclaim-grace must be at least 1s (longer than any CNI ADD), not %v", c.LeaseReclaimGrace))
 	}
+	if c.CountReportInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--count-report-interval must be positive"))
+	}
 	if c.ResyncPeriod <= 0 || c.GCInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--controller-resync-period and --controller-gc-interval must be positive"))
 	}
@@ -215,7 +224,7 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 	defer backend.Close()
 
 	opts := networkcontroller.Options{NodeName: c.NodeName, GCInterval: c.GCInterval, MinFreeAddresses: c.MinFreeAddresses,
-		NodeLabels: labels.Set(c.NodeLabels)}
+		NodeLabels: labels.Set(c.NodeLabels), CountReportInterval: c.CountReportInterval}
 	if opts.Underlay, opts.OverlayMTU, err = c.underlay(); err != nil {
 		return err
 	}

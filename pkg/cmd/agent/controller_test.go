@@ -124,3 +124,23 @@ func TestLeaseReclaimFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestCountReportIntervalFlag(t *testing.T) {
+	o := NewControllerOptions()
+	fs := pflag.NewFlagSet("agent", pflag.ContinueOnError)
+	o.AddFlags(fs, false)
+	if o.CountReportInterval != 30*time.Second {
+		t.Fatalf("default --count-report-interval: %v; want 30s", o.CountReportInterval)
+	}
+	if err := fs.Parse([]string{"--count-report-interval", "2s"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.CountReportInterval != 2*time.Second || len(o.Validate()) != 0 {
+		t.Fatalf("--count-report-interval 2s: %v, %v", o.CountReportInterval, o.Validate())
+	}
+	o.CountReportInterval = 0
+	errs := o.Validate()
+	if len(errs) != 1 || !strings.Contains(errs[0].Error(), "--count-report-interval") {
+		t.Fatalf("--count-report-interval 0: %v; want one error naming the flag", errs)
+	}
+}

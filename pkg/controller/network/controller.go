@@ -95,6 +95,12 @@ type Options struct {
 	// leaseReclaim. nil: nothing is released and the entries say so.
 	LeaseReclaim      *leasereclaim.Reclaimer
 	LeaseReclaimGrace time.Duration
+	// CountReportInterval is how long the node waits after writing its entry of a Network
+	// before it writes a change of the entry's counts alone (leases, attachments): such changes
+	// are coalesced into at most one write per interval, the last of them written when the
+	// interval ends. Any other change is written at once, with the counts as they are. Default
+	// DefaultCountReportInterval.
+	CountReportInterval time.Duration
 }
 
 // Controller converges one node's networks with the Networks in the API.
@@ -123,6 +129,11 @@ type Controller struct {
 	// has seen it, so that a claim is never repeated for want of a watch event.
 	claimedMu sync.Mutex
 	claimed   map[string]*v1.BlockAllocation
+
+	// written records, per Network key, when the node last wrote its entry (see
+	// Options.CountReportInterval).
+	writtenMu sync.Mutex
+	written   map[string]time.Time
 }
 
 // New wires the controller to an informer and a backend.
@@ -139,6 +150,9 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 	if opts.LeaseGrace == 0 {
 		opts.LeaseGrace = 30 * time.Second
 	}
+	if opts.CountReportInterval == 0 {
+		opts.CountReportInterval = DefaultCountReportInterval
+	}
 	registerControllerMetrics()
 	c := &Controller{
 		client:     client,
@@ -150,6 +164,7 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 		clock:      clock.RealClock{},
 		queue:      newQueue("network"),
 		claimed:    map[string]*v1.BlockAllocation{},
+		written:    map[string]time.Time{},
 	}
 	if opts.MinFreeAddresses == 0 {
 		c.opts.MinFreeAddresses = DefaultMinFreeAddresses

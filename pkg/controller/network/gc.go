@@ -45,6 +45,7 @@ func (c *Controller) collectGarbage(ctx context.Context) {
 // remove takes the node's part of key, a Network that is gone, off the node.
 func (c *Controller) remove(ctx context.Context, key string) (string, error) {
 	c.leasesDone(key)
+	c.forgetWritten(key)
 	if actual, err := c.backend.Observe(ctx, key); err == nil && actual == nil {
 		return "in_sync", nil
 	}

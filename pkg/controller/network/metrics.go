@@ -45,11 +45,17 @@ var (
 		Help:           "Failed reconciles of Networks by reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
+	statusWrites = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      "network_controller",
+		Name:           "status_writes_total",
+		Help:           "Writes of the node's entries in Networks' status.nodes by kind: state (anything but the counts changed, written at once) or counts (leases or attachments alone changed, at most one write per Network per --count-report-interval).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
 	registerMetrics sync.Once
 )
 
 func registerControllerMetrics() {
 	registerMetrics.Do(func() {
-		legacyregistry.MustRegister(reconciles, reconcileDuration, reconcileErrors)
+		legacyregistry.MustRegister(reconciles, reconcileDuration, reconcileErrors, statusWrites)
 	})
 }

@@ -40,7 +40,8 @@ type entryExtra struct {
 }
 
 // report applies this node's status entry, unless it already says the same, and returns the
-// Network as it is afterwards (nil when it is gone).
+// Network as it is afterwards (nil when it is gone). A change of the counts alone waits for the
+// end of the node's count interval (coalesce.go); n is then returned as it is.
 // extra, when set, adds what the node reports about its blocks.
 func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int32, extra *entryExtra, failure error) (*v1.Network, error) {
 	entry := v1.NetworkNodeStatus{
@@ -69,20 +70,38 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 	// marks it, so the two never undo each other. Once the Node is deleted the entry says
 	// NodeDeleted while pods may hold addresses (the blocks stay while it does), and goes once it
 	// reports no leases or this agent holds no Lease, as that loop removes it.
+	key := n.Namespace + "/" + n.Name
 	switch node := c.nodeStatus(); {
 	case node.deleted && (nodestatus.ReportsNoLeases(entry) || c.opts.LeaseHeld == nil || !c.opts.LeaseHeld()):
+		c.forgetWritten(key)
 		return nodestatus.WithdrawNodeEntry(ctx, c.client, n, c.opts.NodeName, "")
 	case node.deleted:
 		entry = nodestatus.MarkNodeDeleted(entry)
 	case node.why != "":
 		entry = nodestatus.MarkNodeNotReady(entry, node.why)
 	}
-	if current := nodestatus.FindEntry(n, c.opts.NodeName); current != nil && nodestatus.SameReport(*current, entry) {
-		return n, nil
+	kind := writeState
+	if current := nodestatus.FindEntry(n, c.opts.NodeName); current != nil {
+		if nodestatus.SameReport(*current, entry) {
+			return n, nil
+		}
+		if countsOnly(*current, entry) {
+			// Counts alone changed: at most one write per CountReportInterval. The sync
+			// scheduled for the window's end writes the counts as they are then.
+			if wait := c.countsWait(key); wait > 0 {
+				c.queue.AddAfter(key, wait)
+				return n, nil
+			}
+			kind = writeCounts
+		}
 	}
 	if reason := netbackend.ReasonOf(failure); failure != nil && reason != ReasonTerminating && reason != ReasonNotSelected {
 		c.event(n, "Warning", EventFailed, fmt.Sprintf("node %s: %v", c.opts.NodeName, failure))
 	}
 	// Deleted meanwhile (nil): the delete event removes it from the node.
-	return nodestatus.ApplyNodeEntry(ctx, c.client, n, entry, "")
+	updated, err := nodestatus.ApplyNodeEntry(ctx, c.client, n, entry, "")
+	if err == nil {
+		c.wrote(key, kind)
+	}
+	return updated, err
 }

@@ -33,7 +33,8 @@ import (
 const ReasonTerminating = "Terminating"
 
 // leaseRecheck is how often a Network waiting for its leases (see Options.LeaseGrace) looks
-// again: host-local's files are not watched.
+// again: the linux backend's watch of host-local's files queues it on each release too, but a
+// backend may have no such watch, and the grace's end is no event.
 const leaseRecheck = 200 * time.Millisecond
 
 // terminate handles a Network being deleted: while pods are attached on this node it keeps (and

@@ -401,3 +401,24 @@ func TestDeleteSegmentIsRepaired(t *testing.T) {
 		t.Errorf("Ensure after DeleteSegment: %q, %v; want the device created again", changes, err)
 	}
 }
+
+func TestSetLeasesNotifiesWatchers(t *testing.T) {
+	b := NewBackend()
+	b.Put(netbackend.Actual{Key: "team/web", Leases: []string{"10.0.0.2"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	keys := make(chan string, 4)
+	go func() { _ = b.Watch(ctx, func(key string) { keys <- key }) }()
+	if err := b.WaitForWatchers(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !b.SetLeases("team/web", "10.0.0.2", "10.0.0.3") {
+		t.Fatal("SetLeases found no state")
+	}
+	if key := <-keys; key != "team/web" {
+		t.Fatalf("notified %q", key)
+	}
+	if a := b.Get("team/web"); a == nil || len(a.Leases) != 2 {
+		t.Fatalf("after SetLeases: %+v; want the state kept with 2 leases", a)
+	}
+}

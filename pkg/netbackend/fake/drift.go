@@ -34,6 +34,12 @@ func (b *Backend) drift(key string, change func(a *netbackend.Actual)) bool {
 			delete(b.nodes, key)
 		}
 	}
+	b.notifyUnlock(key)
+	return ok
+}
+
+// notifyUnlock notifies every watcher of key; it is called with the lock held and releases it.
+func (b *Backend) notifyUnlock(key string) {
 	notifies := make([]func(string), 0, len(b.watchers))
 	for _, n := range b.watchers {
 		notifies = append(notifies, n)
@@ -42,7 +48,6 @@ func (b *Backend) drift(key string, change func(a *netbackend.Actual)) bool {
 	for _, n := range notifies {
 		n(key)
 	}
-	return ok
 }
 
 // DeleteBridge simulates the bridge of key deleted by hand (with its addresses). It reports
@@ -93,17 +98,16 @@ func (b *Backend) SetPorts(key string, ports ...string) bool {
 }
 
 // SetLeases simulates the addresses host-local holds for key (a runtime's ADD reserves one,
-// its DEL releases it after removing the pod's veth). It does not notify watchers: the
-// linux backend watches links and addresses, not host-local's files.
+// its DEL releases it after removing the pod's veth). Watchers are notified, as the linux
+// backend's watch of host-local's lease files notifies them.
 func (b *Backend) SetLeases(key string, leases ...string) bool {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	a, ok := b.nodes[key]
-	if !ok {
-		return false
+	if ok {
+		a.Leases = slices.Clone(leases)
 	}
-	a.Leases = slices.Clone(leases)
-	return true
+	b.notifyUnlock(key)
+	return ok
 }
 
 // DeleteConfig simulates key's CNI configuration deleted by hand.

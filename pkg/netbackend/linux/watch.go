@@ -40,7 +40,8 @@ const (
 //   - a link attached to one of our bridges (a pod's veth), or a remembered port of one of our
 //     bridges detached or deleted;
 //   - an address added to or removed from one of our bridges;
-//   - one of our nftables tables changed by another process (nftwatch.go).
+//   - one of our nftables tables changed by another process (nftwatch.go);
+//   - a lease of host-local added to or removed from a Network's directory (leasewatch.go).
 //
 // When a subscription fails or ends (for example when the socket's buffer overflowed and
 // notifications were lost), Watch subscribes again with backoff and then notifies every key it
@@ -60,9 +61,16 @@ func (b *Backend) Watch(ctx context.Context, notify func(key string)) error {
 		defer close(nftDone)
 		b.watchNFT(nftCtx, logger, nftKeys, nftOpened)
 	}()
+	// host-local's lease files are watched alongside too (leasewatch.go), into the same channel.
+	leasesDone := make(chan struct{})
+	go func() {
+		defer close(leasesDone)
+		b.watchLeases(nftCtx, logger, nftKeys)
+	}()
 	defer func() {
 		stopNFT()
 		<-nftDone
+		<-leasesDone
 	}()
 	<-nftOpened
 	backoff := resubscribeMin
