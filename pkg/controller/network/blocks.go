@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 )
@@ -34,8 +35,9 @@ import (
 // Reasons of a node's entry about its blocks.
 const (
 	// ReasonAddressesExhausted: the node needs a block (its first, or another because its free
-	// addresses ran low) and the Network has none left.
-	ReasonAddressesExhausted = "AddressesExhausted"
+	// addresses ran low) and the Network has none left. The API's name, from which the server
+	// derives the Network's AddressesExhausted condition.
+	ReasonAddressesExhausted = samplecrd.ReasonAddressesExhausted
 	// ReasonReconciling: the node's first block is being claimed (no configuration yet).
 	ReasonReconciling = "Reconciling"
 )
