@@ -413,6 +413,7 @@ func appendNode(b []byte, n *v1.NetworkNodeStatus) []byte {
 		g.str("used", c.Used)
 		f.b = append(g.b, '}')
 	}
+	f.str("leaseReclaim", n.LeaseReclaim)
 	return append(f.b, '}')
 }
 
