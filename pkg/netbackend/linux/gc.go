@@ -42,7 +42,7 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 		return fail(err, "looking up bridge %s of network %s", name, key)
 	}
 	if link != nil && isOurs(link, key) {
-		if err := b.h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		if err := b.nl().LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 			return fail(err, "deleting bridge %s of network %s", name, key)
 		}
 	}
@@ -54,7 +54,7 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 		return fail(err, "looking up %s", stagingName(key))
 	}
 	if staged != nil && isStaged(staged, key) {
-		if err := b.h.LinkDel(staged); err != nil && !errors.Is(err, unix.ENODEV) {
+		if err := b.nl().LinkDel(staged); err != nil && !errors.Is(err, unix.ENODEV) {
 			return fail(err, "deleting %s of network %s", stagingName(key), key)
 		}
 	}
@@ -64,6 +64,7 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 	}
 	if state == confOurs {
 		path := ConfPath(b.cfg.CNIConfDir, key)
+		fileWrites.WithLabelValues("remove").Inc()
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fail(err, "removing CNI configuration %s", path)
 		}
@@ -75,6 +76,7 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 	// against it any more, so whatever is left there is a leak.
 	leases := b.leaseDir(key)
 	if _, err := os.Lstat(leases); err == nil {
+		fileWrites.WithLabelValues("remove").Inc()
 		if err := os.RemoveAll(leases); err != nil {
 			return fail(err, "removing host-local's leftover reservations %s", leases)
 		}
@@ -89,7 +91,7 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 // left under its staging name) and in our configuration lists, sorted.
 func (b *Backend) List(context.Context) ([]string, error) {
 	b.mu.Lock()
-	links, err := dump(b.h.LinkList)
+	links, err := dump(b.nl().LinkList)
 	b.mu.Unlock()
 	if err != nil {
 		return nil, fail(err, "listing links")

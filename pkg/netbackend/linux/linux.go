@@ -59,6 +59,7 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -90,6 +91,8 @@ type Backend struct {
 	cfg Config
 	ns  netns.NsHandle // netns.None() for the process's namespace
 	h   *netlink.Handle
+	// dumpSock carries the filtered link dumps (dump.go), in the same namespace as h.
+	dumpSock *nl.SocketHandle
 
 	// mu serialises the requests on h and the writes of Ensure and Remove.
 	mu sync.Mutex
@@ -118,6 +121,7 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.CNIConfDir == "" {
 		return nil, errors.New("linux backend: the CNI configuration directory is not set")
 	}
+	RegisterMetrics()
 	ns := netns.None()
 	if cfg.NetNSPath != "" {
 		var err error
@@ -132,10 +136,19 @@ func New(cfg Config) (*Backend, error) {
 		}
 		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
 	}
+	dumpSock, err := openDumpSocket(ns)
+	if err != nil {
+		h.Close()
+		if ns.IsOpen() {
+			_ = ns.Close()
+		}
+		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
+	}
 	b := &Backend{
 		cfg:      cfg,
 		ns:       ns,
 		h:        h,
+		dumpSock: dumpSock,
 		names:    map[string]string{},
 		indexes:  map[int]string{},
 		ports:    map[string]map[int]string{},
@@ -157,6 +170,7 @@ func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.h.Close()
+	b.dumpSock.Close()
 	if b.ns.IsOpen() {
 		return b.ns.Close()
 	}
@@ -217,7 +231,7 @@ func dump[T any](f func() (T, error)) (T, error) {
 
 // linkByName returns the link called name, nil when there is none.
 func (b *Backend) linkByName(name string) (netlink.Link, error) {
-	link, err := b.h.LinkByName(name)
+	link, err := b.nl().LinkByName(name)
 	var notFound netlink.LinkNotFoundError
 	if errors.As(err, &notFound) {
 		return nil, nil
