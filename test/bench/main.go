@@ -221,7 +221,7 @@ func parseFlags(args []string) (config, error) {
 			"sync-objects": func() { c.SyncObjects = 1000 }, "memory-sizes": func() { c.MemorySizes = []int{500, 1000} },
 			"restart-objects": func() { c.RestartObjects = 1000 }, "profile-seconds": func() { c.ProfileSeconds = 3 },
 			"controller-networks": func() { c.ControllerNetworks = 50 },
-			"agents": func() { c.Agents = 50 }, "agent-objects": func() { c.AgentObjects = 1000 }, "agent-updates": func() { c.AgentUpdates = 100 },
+			"agents":              func() { c.Agents = 50 }, "agent-objects": func() { c.AgentObjects = 1000 }, "agent-updates": func() { c.AgentUpdates = 100 },
 		}
 		for name, apply := range quick {
 			if !set[name] {
