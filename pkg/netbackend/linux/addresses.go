@@ -32,15 +32,13 @@ import (
 // bridgeAddrs returns the addresses on link, without the IPv6 link-local ones, which the
 // kernel manages.
 func (b *Backend) bridgeAddrs(link netlink.Link) ([]netip.Prefix, error) {
-	addrs, err := dump(func() ([]netlink.Addr, error) { return b.nl().AddrList(link, netlink.FAMILY_ALL) })
+	addrs, err := b.linkAddrs(link.Attrs().Index, unix.AF_UNSPEC)
 	if err != nil {
 		return nil, err
 	}
 	var out []netip.Prefix
-	for _, a := range addrs {
-		ones, _ := a.Mask.Size()
-		p, ok := prefixOf(a.IP, ones)
-		if !ok || (p.Addr().Is6() && p.Addr().IsLinkLocalUnicast()) {
+	for _, p := range addrs {
+		if p.Addr().Is6() && p.Addr().IsLinkLocalUnicast() {
 			continue
 		}
 		out = append(out, p)

@@ -23,6 +23,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 )
 
@@ -63,6 +65,28 @@ func TestPortLinksAreTheBridgesOwn(t *testing.T) {
 		got, err := e.b.Observe(context.Background(), d.key)
 		if err != nil || strings.Join(got.Ports, ",") != d.want {
 			t.Fatalf("Observe(%s) ports %v, %v; want %s", d.key, got, err, d.want)
+		}
+	}
+}
+
+// A link's addresses come from a dump the kernel filters by index: with two bridges, each
+// bridge's dump holds its own gateway only.
+func TestLinkAddrsAreTheLinksOwn(t *testing.T) {
+	e := newEnv(t)
+	e.ns.disableDAD(t)
+	a, b := desired4("default/a"), desired4("default/b")
+	b.Prefix, b.Gateway = netip.MustParsePrefix("10.20.0.0/24"), netip.MustParseAddr("10.20.0.1")
+	e.ensure(a)
+	e.ensure(b)
+	for _, d := range []netbackend.Desired{a, b} {
+		e.b.mu.Lock()
+		got, err := e.b.linkAddrs(e.ns.link(t, netbackend.BridgeName(d.Key)).Attrs().Index, unix.AF_INET)
+		e.b.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := netip.PrefixFrom(d.Gateway, d.Prefix.Bits()); len(got) != 1 || got[0] != want {
+			t.Fatalf("IPv4 addresses of %s's bridge: %v; want only %v", d.Key, got, want)
 		}
 	}
 }

@@ -51,14 +51,13 @@ func SegmentLinkLocal(key string, underlay netip.Addr) netip.Prefix {
 
 // linkLocals returns the IPv6 link-local addresses on link.
 func (b *Backend) linkLocals(link netlink.Link) ([]netip.Prefix, error) {
-	addrs, err := dump(func() ([]netlink.Addr, error) { return b.nl().AddrList(link, netlink.FAMILY_V6) })
+	addrs, err := b.linkAddrs(link.Attrs().Index, unix.AF_INET6)
 	if err != nil {
 		return nil, err
 	}
 	var out []netip.Prefix
-	for _, a := range addrs {
-		ones, _ := a.Mask.Size()
-		if p, ok := prefixOf(a.IP, ones); ok && p.Addr().IsLinkLocalUnicast() {
+	for _, p := range addrs {
+		if p.Addr().IsLinkLocalUnicast() {
 			out = append(out, p)
 		}
 	}
