@@ -579,7 +579,21 @@ func (b *bench) controllerStep(ctx context.Context, root string) (_ *controllerR
 	res.CreateCost = perNetwork(before, afterCreate, n)
 	res.CreateCPUMs = ms(cpu1-cpu0) / float64(n)
 
+	collect := func() {
+		for _, wait := range profiles {
+			file, err := wait()
+			if err != nil {
+				b.res.Errors = append(b.res.Errors, "controller: profile: "+err.Error())
+				continue
+			}
+			res.Profiles = append(res.Profiles, file)
+			b.res.Ours.Profiles = append(b.res.Ours.Profiles, file)
+		}
+		profiles = nil
+	}
 	if cfg.Profile {
+		// One CPU profile at a time: the create phase's ends first (it may outlast the phase).
+		collect()
 		profiles = append(profiles, cpuProfile(ctx, ep, cfg.ProfileSeconds, cfg.Out,
 			"controller-delete-cpu-"+b.res.Started.Format("20060102-150405")+".pprof"))
 	}
@@ -660,15 +674,7 @@ func (b *bench) controllerStep(ctx context.Context, root string) (_ *controllerR
 	res.DeleteCost = perNetwork(afterCreate, afterDelete, n)
 	res.DeleteCPUMs = ms(cpu2-cpu1) / float64(n)
 	res.WatchRestarts = int(watchRestarts.Load())
-	for _, wait := range profiles {
-		file, err := wait()
-		if err != nil {
-			b.res.Errors = append(b.res.Errors, "controller: profile: "+err.Error())
-			continue
-		}
-		res.Profiles = append(res.Profiles, file)
-		b.res.Ours.Profiles = append(b.res.Ours.Profiles, file)
-	}
+	collect()
 	if res.Create.Errors > 0 || res.Delete.Errors > 0 {
 		return res, fmt.Errorf("%d creates and %d deletes failed (first: %v %v)", res.Create.Errors, res.Delete.Errors,
 			res.Create.FirstErrs, res.Delete.FirstErrs)
@@ -676,14 +682,14 @@ func (b *bench) controllerStep(ctx context.Context, root string) (_ *controllerR
 	return res, nil
 }
 
-// settled returns the cost counters once two readings 2 s apart agree (at most a minute).
+// settled returns the cost counters once two readings 1 s apart agree (at most 30 s).
 func settled(ctx context.Context, read func() (map[string]float64, error)) (map[string]float64, error) {
 	prev, err := read()
 	if err != nil {
 		return nil, err
 	}
 	for range 30 {
-		if err := pause(ctx, 2*time.Second); err != nil {
+		if err := pause(ctx, time.Second); err != nil {
 			return prev, err
 		}
 		cur, err := read()

@@ -112,6 +112,11 @@ type Controller struct {
 	backend netbackend.Backend
 	opts    Options
 
+	// unconfigure holds the keys of deleted Networks whose CNI configuration goes ahead of
+	// their bridge (nil when the backend is no netbackend.ConfigRemover); see unconfigure.go.
+	unconfigure workqueue.TypedRateLimitingInterface[string]
+	remover     netbackend.ConfigRemover
+
 	// leasesSeen records, per Network being deleted, when its leases without ports were first
 	// seen (see Options.LeaseGrace).
 	leasesMu   sync.Mutex
@@ -166,6 +171,9 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 		claimed:    map[string]*v1.BlockAllocation{},
 		written:    map[string]time.Time{},
 	}
+	if r, ok := backend.(netbackend.ConfigRemover); ok {
+		c.remover, c.unconfigure = r, newQueue("network_unconfigure")
+	}
 	if opts.MinFreeAddresses == 0 {
 		c.opts.MinFreeAddresses = DefaultMinFreeAddresses
 	}
@@ -183,7 +191,10 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, obj interface{}) { c.enqueue(obj) },
-		DeleteFunc: c.enqueue,
+		DeleteFunc: func(obj interface{}) {
+			c.enqueue(obj)
+			c.enqueueUnconfigure(obj)
+		},
 	})
 	if err != nil || opts.Node == nil {
 		return c, err
@@ -213,6 +224,9 @@ func (c *Controller) enqueue(obj interface{}) {
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
+	if c.unconfigure != nil {
+		defer c.unconfigure.ShutDown()
+	}
 	logger := klog.FromContext(ctx).WithValues("node", c.opts.NodeName)
 	logger.Info("Starting network controller", "workers", workers)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
@@ -240,10 +254,16 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	for range workers {
 		running.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
 	}
+	if c.unconfigure != nil {
+		running.Go(func() { wait.UntilWithContext(ctx, c.runUnconfigure, time.Second) })
+	}
 	<-ctx.Done()
 	logger.Info("Stopping network controller")
 	// Workers blocked in Get return once the queue is shut down.
 	c.queue.ShutDown()
+	if c.unconfigure != nil {
+		c.unconfigure.ShutDown()
+	}
 	running.Wait()
 	return nil
 }

@@ -93,6 +93,8 @@ type Backend struct {
 	h   *netlink.Handle
 	// dumpSock carries the filtered link dumps (dump.go), in the same namespace as h.
 	dumpSock *nl.SocketHandle
+	// delH deletes bridges (Remove) without b.mu, in the same namespace as h.
+	delH *netlink.Handle
 
 	// mu serialises the requests on h and the writes of Ensure and Remove.
 	mu sync.Mutex
@@ -114,7 +116,10 @@ type Backend struct {
 	subscribed func()
 }
 
-var _ netbackend.Backend = (*Backend)(nil)
+var (
+	_ netbackend.Backend       = (*Backend)(nil)
+	_ netbackend.ConfigRemover = (*Backend)(nil)
+)
 
 // New opens a Backend. Close releases it.
 func New(cfg Config) (*Backend, error) {
@@ -144,10 +149,20 @@ func New(cfg Config) (*Backend, error) {
 		}
 		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
 	}
+	delH, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		h.Close()
+		dumpSock.Close()
+		if ns.IsOpen() {
+			_ = ns.Close()
+		}
+		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
+	}
 	b := &Backend{
 		cfg:      cfg,
 		ns:       ns,
 		h:        h,
+		delH:     delH,
 		dumpSock: dumpSock,
 		names:    map[string]string{},
 		indexes:  map[int]string{},
@@ -170,6 +185,7 @@ func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.h.Close()
+	b.delH.Close()
 	b.dumpSock.Close()
 	if b.ns.IsOpen() {
 		return b.ns.Close()
