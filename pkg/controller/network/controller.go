@@ -139,6 +139,8 @@ type Controller struct {
 	// Options.CountReportInterval).
 	writtenMu sync.Mutex
 	written   map[string]time.Time
+	// entries holds, per Network key, the entry the node last wrote (see echo.go).
+	entries map[string]v1.NetworkNodeStatus
 }
 
 // New wires the controller to an informer and a backend.
@@ -170,6 +172,7 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 		queue:      newQueue("network"),
 		claimed:    map[string]*v1.BlockAllocation{},
 		written:    map[string]time.Time{},
+		entries:    map[string]v1.NetworkNodeStatus{},
 	}
 	if r, ok := backend.(netbackend.ConfigRemover); ok {
 		c.remover, c.unconfigure = r, newQueue("network_unconfigure")
@@ -189,8 +192,13 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 		}
 	}
 	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueue,
-		UpdateFunc: func(_, obj interface{}) { c.enqueue(obj) },
+		AddFunc: c.enqueue,
+		UpdateFunc: func(old, obj interface{}) {
+			if c.isEcho(old, obj) {
+				return
+			}
+			c.enqueue(obj)
+		},
 		DeleteFunc: func(obj interface{}) {
 			c.enqueue(obj)
 			c.enqueueUnconfigure(obj)

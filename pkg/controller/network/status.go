@@ -102,6 +102,7 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 	updated, err := nodestatus.ApplyNodeEntry(ctx, c.client, n, entry, "")
 	if err == nil {
 		c.wrote(key, kind)
+		c.rememberEntry(key, entry)
 	}
 	return updated, err
 }
