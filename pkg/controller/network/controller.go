@@ -184,8 +184,8 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 		c.blockLister = opts.Blocks.Lister()
 		c.blocksSynced = opts.Blocks.Informer().HasSynced
 		if _, err := opts.Blocks.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueueAllocation,
-			UpdateFunc: func(_, obj interface{}) { c.enqueueAllocation(obj) },
+			AddFunc:    c.enqueueAllocationChange,
+			UpdateFunc: func(_, obj interface{}) { c.enqueueAllocationChange(obj) },
 			DeleteFunc: c.enqueueAllocation,
 		}); err != nil {
 			return nil, err

@@ -67,3 +67,31 @@ func TestOwnStatusWriteIsNotReconciledAgain(t *testing.T) {
 		t.Error("an echo is recognised after the node forgot what it wrote")
 	}
 }
+
+// The node's own claim coming back through the allocation informer is not reconciled again; an
+// allocation that differs from the claim's answer (or another node's) is, as before.
+func TestOwnClaimIsNotReconciledAgain(t *testing.T) {
+	f := newFixture(t)
+	c := f.controller
+	answer := &v1.BlockAllocation{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "web.node-a"},
+		Network: "web", NetworkUID: "u1", NodeName: "node-a", Blocks: []v1.Block{{CIDR: "10.1.0.0/26"}}}
+	c.claimed["team/web"] = answer
+	c.enqueueAllocationChange(answer.DeepCopy())
+	if n := c.queue.Len(); n != 0 {
+		t.Fatalf("the node's own claim queued its Network (%d keys)", n)
+	}
+	grown := answer.DeepCopy()
+	grown.Blocks = append(grown.Blocks, v1.Block{CIDR: "10.1.0.64/26"})
+	c.enqueueAllocationChange(grown)
+	if n := c.queue.Len(); n != 1 {
+		t.Fatalf("an allocation other than the claim's answer queued %d keys; want 1", n)
+	}
+	other := answer.DeepCopy()
+	other.NetworkUID = "u2"
+	c.queue.Get()
+	c.queue.Done("team/web")
+	c.enqueueAllocationChange(other)
+	if n := c.queue.Len(); n != 1 {
+		t.Fatalf("an allocation of a Network created again queued %d keys; want 1", n)
+	}
+}
