@@ -134,6 +134,8 @@ type Controller struct {
 	// has seen it, so that a claim is never repeated for want of a watch event.
 	claimedMu sync.Mutex
 	claimed   map[string]*v1.BlockAllocation
+	// claiming counts, per Network key, the claims in flight (see enqueueAllocationChange).
+	claiming map[string]int
 
 	// written records, per Network key, when the node last wrote its entry (see
 	// Options.CountReportInterval).
@@ -171,6 +173,7 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 		clock:      clock.RealClock{},
 		queue:      newQueue("network"),
 		claimed:    map[string]*v1.BlockAllocation{},
+		claiming:   map[string]int{},
 		written:    map[string]time.Time{},
 		entries:    map[string]v1.NetworkNodeStatus{},
 	}
