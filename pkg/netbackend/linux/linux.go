@@ -69,6 +69,11 @@ import (
 // AliasPrefix starts the alias of each of our bridges; the Network key follows it.
 const AliasPrefix = "samplecrd.k8s.io/network="
 
+// deleteHandles is how many bridge deletions may be under way at once: the kernel unregisters
+// a bridge in tens of milliseconds, mostly waiting, and deletions from parallel requests
+// overlap (200 bridges in 4.6–5.0 s from 4 or 16 streams against 7.3 s from one).
+const deleteHandles = 4
+
 // maxAliasLen is the longest alias the kernel keeps (IFALIASZ - 1).
 const maxAliasLen = 255
 
@@ -93,8 +98,11 @@ type Backend struct {
 	h   *netlink.Handle
 	// dumpSock carries the filtered link dumps (dump.go), in the same namespace as h.
 	dumpSock *nl.SocketHandle
-	// delH deletes bridges (Remove) without b.mu, in the same namespace as h.
-	delH *netlink.Handle
+	// delH holds the handles that delete bridges (Remove) without b.mu, in the same namespace
+	// as h: one at a time per handle, so that several workers' deletions overlap in the kernel.
+	delH chan *netlink.Handle
+	// closed is set by Close (under mu).
+	closed bool
 
 	// mu serialises the requests on h and the writes of Ensure and Remove.
 	mu sync.Mutex
@@ -149,14 +157,22 @@ func New(cfg Config) (*Backend, error) {
 		}
 		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
 	}
-	delH, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
-	if err != nil {
-		h.Close()
-		dumpSock.Close()
-		if ns.IsOpen() {
-			_ = ns.Close()
+	delH := make(chan *netlink.Handle, deleteHandles)
+	for range deleteHandles {
+		dh, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+		if err != nil {
+			close(delH)
+			for d := range delH {
+				d.Close()
+			}
+			h.Close()
+			dumpSock.Close()
+			if ns.IsOpen() {
+				_ = ns.Close()
+			}
+			return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
 		}
-		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
+		delH <- dh
 	}
 	b := &Backend{
 		cfg:      cfg,
@@ -185,8 +201,14 @@ func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.h.Close()
-	b.delH.Close()
-	b.dumpSock.Close()
+	if !b.closed {
+		// Waits for deletions under way: each gives its handle back before it takes b.mu.
+		for range deleteHandles {
+			(<-b.delH).Close()
+		}
+		b.dumpSock.Close()
+		b.closed = true
+	}
 	if b.ns.IsOpen() {
 		return b.ns.Close()
 	}
