@@ -55,9 +55,7 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 		// one key at once.
 		b.mu.Unlock()
 		netlinkRequests.Inc()
-		dh := <-b.delH
-		err := dh.LinkDel(link)
-		b.delH <- dh
+		err := b.delH.LinkDel(link)
 		b.mu.Lock()
 		if err != nil && !errors.Is(err, unix.ENODEV) {
 			return fail(err, "deleting bridge %s of network %s", name, key)

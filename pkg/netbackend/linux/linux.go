@@ -69,11 +69,6 @@ import (
 // AliasPrefix starts the alias of each of our bridges; the Network key follows it.
 const AliasPrefix = "samplecrd.k8s.io/network="
 
-// deleteHandles is how many bridge deletions may be under way at once: the kernel unregisters
-// a bridge in tens of milliseconds, mostly waiting, and deletions from parallel requests
-// overlap (200 bridges in 4.6–5.0 s from 4 or 16 streams against 7.3 s from one).
-const deleteHandles = 4
-
 // maxAliasLen is the longest alias the kernel keeps (IFALIASZ - 1).
 const maxAliasLen = 255
 
@@ -98,11 +93,8 @@ type Backend struct {
 	h   *netlink.Handle
 	// dumpSock carries the filtered link dumps (dump.go), in the same namespace as h.
 	dumpSock *nl.SocketHandle
-	// delH holds the handles that delete bridges (Remove) without b.mu, in the same namespace
-	// as h: one at a time per handle, so that several workers' deletions overlap in the kernel.
-	delH chan *netlink.Handle
-	// closed is set by Close (under mu).
-	closed bool
+	// delH deletes bridges (Remove) without b.mu, in the same namespace as h.
+	delH *netlink.Handle
 
 	// mu serialises the requests on h and the writes of Ensure and Remove.
 	mu sync.Mutex
@@ -157,22 +149,14 @@ func New(cfg Config) (*Backend, error) {
 		}
 		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
 	}
-	delH := make(chan *netlink.Handle, deleteHandles)
-	for range deleteHandles {
-		dh, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
-		if err != nil {
-			close(delH)
-			for d := range delH {
-				d.Close()
-			}
-			h.Close()
-			dumpSock.Close()
-			if ns.IsOpen() {
-				_ = ns.Close()
-			}
-			return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
+	delH, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		h.Close()
+		dumpSock.Close()
+		if ns.IsOpen() {
+			_ = ns.Close()
 		}
-		delH <- dh
+		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
 	}
 	b := &Backend{
 		cfg:      cfg,
@@ -201,14 +185,8 @@ func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.h.Close()
-	if !b.closed {
-		// Waits for deletions under way: each gives its handle back before it takes b.mu.
-		for range deleteHandles {
-			(<-b.delH).Close()
-		}
-		b.dumpSock.Close()
-		b.closed = true
-	}
+	b.delH.Close()
+	b.dumpSock.Close()
 	if b.ns.IsOpen() {
 		return b.ns.Close()
 	}
