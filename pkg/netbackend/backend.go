@@ -308,3 +308,13 @@ func ReasonOf(err error) string {
 	}
 	return ReasonBackendError
 }
+
+// ConfigRemover is a backend that can remove a Network's CNI configuration alone, ahead of the
+// bridge (the Linux backend). The controller removes a deleted Network's configuration at once
+// with it, from a queue of its own: a runtime can no longer ADD to the Network, while the
+// bridges, which the kernel unregisters at tens of milliseconds each, go at the kernel's pace
+// through Remove.
+type ConfigRemover interface {
+	// RemoveConfig removes key's configuration if it is ours, and says whether it did.
+	RemoveConfig(ctx context.Context, key string) (bool, error)
+}

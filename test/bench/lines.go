@@ -30,6 +30,10 @@ func (r *results) buildLines() {
 		r.agentLines()
 		return
 	}
+	if cfg.Only == onlyController {
+		r.controllerLines()
+		return
+	}
 	r.createLines(fmt.Sprintf("create %d direct, %d clients", cfg.N, cfg.Clients), o.Create, c.Create, 2.5)
 	r.directCPULines("create direct: CPU per create", createCPU(o.Create), createCPU(c.Create), 2.5)
 
@@ -275,4 +279,46 @@ func (r *results) scaleLines() {
 	})
 	line("restart: SIGTERM → exit", unitMs, false, 0, func(s *scaleResult) float64 { return s.RestartStopMs })
 	line("restart → /readyz", unitMs, false, 0, func(s *scaleResult) float64 { return s.RestartReadyMs })
+}
+
+// controllerLines are the controller step's rows: ours only (a CRD has no controller here).
+func (r *results) controllerLines() {
+	c := r.Ours.Controller
+	n := r.Config.ControllerNetworks
+	add := func(name, unit string, v *float64) {
+		l := r.addLine(name, unit, v, nil, false, 0)
+		l.CRDNote = "-"
+	}
+	var get = func(f func(*controllerResult) float64) *float64 {
+		if c == nil {
+			return nil
+		}
+		return val(f(c))
+	}
+	add(fmt.Sprintf("controller: %d creates → Ready p50", n), unitMs, get(func(c *controllerResult) float64 { return c.Ready.P50Ms }))
+	add(fmt.Sprintf("controller: %d creates → Ready p99 (target < 1 s)", n), unitMs, get(func(c *controllerResult) float64 { return c.Ready.P99Ms }))
+	add(fmt.Sprintf("controller: %d creates → Ready max", n), unitMs, get(func(c *controllerResult) float64 { return c.Ready.MaxMs }))
+	add("controller: first create → all Ready", unitMs, get(func(c *controllerResult) float64 { return c.AllReadyMs }))
+	add("controller: first create → all bridges and lists on the node", unitMs, get(func(c *controllerResult) float64 { return c.NodeDoneMs }))
+	add("controller: never Ready (must be 0)", unitCount, get(func(c *controllerResult) float64 { return float64(c.NotReady) }))
+	add("controller: last delete → last Network gone from the API (target < 5 s)", unitMs, get(func(c *controllerResult) float64 { return c.GoneFromAPIMs }))
+	add("controller: last delete → last bridge gone (target < 5 s)", unitMs, get(func(c *controllerResult) float64 { return c.BridgesGoneMs }))
+	add("controller: last delete → last CNI list gone (target < 5 s)", unitMs, get(func(c *controllerResult) float64 { return c.ConflistsGoneMs }))
+	add("controller: server CPU per Network, create", unitCPU, get(func(c *controllerResult) float64 { return c.CreateCPUMs }))
+	add("controller: server CPU per Network, delete", unitCPU, get(func(c *controllerResult) float64 { return c.DeleteCPUMs }))
+	for _, k := range costCounters {
+		for _, phase := range []string{"create", "delete"} {
+			var v *float64
+			if c != nil {
+				m := c.CreateCost
+				if phase == "delete" {
+					m = c.DeleteCost
+				}
+				if x, ok := m[k.name]; ok {
+					v = val(x)
+				}
+			}
+			add(fmt.Sprintf("controller: per Network, %s: %s", phase, k.name), unitPerNet, v)
+		}
+	}
 }

@@ -66,6 +66,10 @@ type config struct {
 	AgentRate    float64 `json:"agentUpdatesPerSecond"`
 	// Only names the single workload to run ("" runs them all).
 	Only string `json:"only,omitempty"`
+	// The controller step (-only controller): Networks created and deleted, and the in-process
+	// controller's workers (0: the server's default).
+	ControllerNetworks int `json:"controllerNetworks,omitempty"`
+	ControllerWorkers  int `json:"controllerWorkers,omitempty"`
 	// Scale, when above 0, runs the scale point instead (make bench-scale): Scale Networks in a
 	// standalone network-apiserver and ScaleCRD in the CRD, each side stopping early when its
 	// processes' RSS passes ScaleBudgetGiB.
@@ -118,8 +122,14 @@ func (c config) validate() error {
 	if c.AgentRate <= 0 {
 		errs = append(errs, fmt.Errorf("-agent-rate must be above 0"))
 	}
-	if c.Only != "" && c.Only != onlyAgents {
-		errs = append(errs, fmt.Errorf("-only: %q is not a workload (the one there is: %s)", c.Only, onlyAgents))
+	if c.Only != "" && c.Only != onlyAgents && c.Only != onlyController {
+		errs = append(errs, fmt.Errorf("-only: %q is not a workload (there are: %s, %s)", c.Only, onlyAgents, onlyController))
+	}
+	if c.ControllerNetworks < 1 || c.ControllerNetworks > 1<<16 {
+		errs = append(errs, fmt.Errorf("-controller-networks must be between 1 and %d (the /24s of 10.0.0.0/8)", 1<<16))
+	}
+	if c.ControllerWorkers < 0 {
+		errs = append(errs, fmt.Errorf("-controller-workers must not be negative"))
 	}
 	if c.Scale < 0 || c.ScaleCRD < 0 || c.Scale > maxObjects || c.ScaleCRD > maxObjects {
 		errs = append(errs, fmt.Errorf("-scale and -scale-crd must be between 0 and %d (the /28s of 10.0.0.0/8)", maxObjects))
@@ -186,7 +196,10 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&c.AgentObjects, "agent-objects", 10000, "node agents: objects stored when the watchers open")
 	fs.IntVar(&c.AgentUpdates, "agent-updates", 1000, "node agents: updates, each delivered to every watcher")
 	fs.Float64Var(&c.AgentRate, "agent-rate", 20, "node agents: updates per second, sent at a steady pace whether or not the ones before have been answered")
-	fs.StringVar(&c.Only, "only", "", "run only this workload: "+onlyAgents+" (fills to -agent-objects first)")
+	fs.StringVar(&c.Only, "only", "", "run only this workload: "+onlyAgents+" (fills to -agent-objects first) or "+onlyController+
+		" (a standalone network-apiserver with its controller in a network namespace the bench creates: -controller-networks created from -clients clients until Ready, then deleted; needs root)")
+	fs.IntVar(&c.ControllerNetworks, "controller-networks", 1000, "controller step: Networks created and deleted")
+	fs.IntVar(&c.ControllerWorkers, "controller-workers", 0, "controller step: the controller's --controller-workers (0: the server's default)")
 	fs.IntVar(&c.Scale, "scale", 0, "instead of the comparison, the scale point (make bench-scale): store this many Networks in a standalone network-apiserver (embedded etcd, controllers off), then in the CRD")
 	fs.IntVar(&c.ScaleCRD, "scale-crd", -1, "the scale point's target for the CRD side (default: -scale)")
 	fs.Float64Var(&c.ScaleBudgetGiB, "scale-memory-budget-gib", 12, "the scale point stops adding to a side when the RSS of its processes passes this many GiB")
@@ -207,7 +220,8 @@ func parseFlags(args []string) (config, error) {
 			"n": func() { c.N = 200 }, "watchers": func() { c.Watchers = 5 }, "updates": func() { c.Updates = 20 },
 			"sync-objects": func() { c.SyncObjects = 1000 }, "memory-sizes": func() { c.MemorySizes = []int{500, 1000} },
 			"restart-objects": func() { c.RestartObjects = 1000 }, "profile-seconds": func() { c.ProfileSeconds = 3 },
-			"agents": func() { c.Agents = 50 }, "agent-objects": func() { c.AgentObjects = 1000 }, "agent-updates": func() { c.AgentUpdates = 100 },
+			"controller-networks": func() { c.ControllerNetworks = 50 },
+			"agents":              func() { c.Agents = 50 }, "agent-objects": func() { c.AgentObjects = 1000 }, "agent-updates": func() { c.AgentUpdates = 100 },
 		}
 		for name, apply := range quick {
 			if !set[name] {
@@ -277,6 +291,9 @@ func run(ctx context.Context, cfg config) int {
 	fmt.Fprintln(os.Stderr, "bench:", load.String())
 	if cfg.scaleMode() {
 		return runScale(ctx, cfg, root, load)
+	}
+	if cfg.Only == onlyController {
+		return runController(ctx, cfg, root, load)
 	}
 	cl, err := newCluster(root)
 	if err != nil {

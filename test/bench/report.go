@@ -44,6 +44,7 @@ type sideFigures struct {
 	CreateAtMax      *createResult          `json:"createAtMax"`
 	Fills            []*createResult        `json:"fills"`
 	Scale            *scaleResult           `json:"scale,omitempty"`
+	Controller       *controllerResult      `json:"controller,omitempty"`
 	Profiles         []string               `json:"profiles,omitempty"`
 }
 
@@ -89,6 +90,8 @@ const (
 	unitCores = "cores"
 	// unitFactor is a side's own ratio (last against first); figures without a ratio.
 	unitFactor = "factor"
+	// unitPerNet is a count per Network (the controller step's costs); figures without a ratio.
+	unitPerNet = "per Network"
 )
 
 func val(v float64) *float64 { return &v }
@@ -107,7 +110,7 @@ func (l *line) computeRatio() {
 		base = l.RatioBase
 	}
 	l.Ratio = nil
-	if l.Ours == nil || base == nil || l.Unit == unitCount || l.Unit == unitCores || l.Unit == unitFactor {
+	if l.Ours == nil || base == nil || l.Unit == unitCount || l.Unit == unitPerNet || l.Unit == unitCores || l.Unit == unitFactor {
 		return
 	}
 	// A ratio of a negative figure (a memory difference lost in the noise) means nothing.
@@ -164,6 +167,8 @@ func (r *results) printTable(w io.Writer) {
 			fmt.Fprintf(w, "%s: %d stored of %d asked (%s)\n", side.name, side.s.Stored, side.s.Target, why)
 		}
 		fmt.Fprintf(w, "clients: %d for the creates, one HTTP/2 transport; ours: generated clientset (protobuf), CRD: dynamic client (JSON); paged LIST in JSON on both\n", c.Clients)
+	} else if c.Only == onlyController {
+		fmt.Fprintf(w, "controller step: network-apiserver standalone (embedded etcd) with its in-process controller confined to a network namespace the bench made; %d Networks created from %d clients, then deleted; one node, no pods\n", c.ControllerNetworks, c.Clients)
 	} else {
 		fmt.Fprintf(w, "clients: %d, one HTTP/2 transport per server, QPS unlimited, compression %v; ours: generated clientset (protobuf), CRD: dynamic client (JSON)\n",
 			c.Clients, c.Compression)
@@ -234,6 +239,8 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.2f cores", v)
 	case unitFactor:
 		return fmt.Sprintf("%.2f×", v)
+	case unitPerNet:
+		return fmt.Sprintf("%.2f", v)
 	}
 	return fmt.Sprint(v)
 }

@@ -108,7 +108,7 @@ func NewControllerOptions() *ControllerOptions {
 		Enabled:      true,
 		NodeName:     host,
 		CNIConfDir:   "/etc/cni/net.d",
-		Workers:      2,
+		Workers:      8,
 		ResyncPeriod: 10 * time.Minute,
 		GCInterval:   5 * time.Minute,
 		WatchNode:    true,

@@ -20,6 +20,7 @@ import (
 	"context"
 	"math/big"
 	"net/netip"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -125,7 +126,18 @@ func (c *Controller) claimWith(ctx context.Context, n *v1.Network, claim *v1.Blo
 		// its blocks are released once it reports no leases.
 		return nil, netbackend.Errorf(ReasonNodeDeleted, "node %s's Node is deleted: it claims no address block", c.opts.NodeName)
 	}
+	// The allocation's watch event may arrive before the answer: while the claim is in flight
+	// the event is the claim's own (enqueueAllocationChange).
+	key := n.Namespace + "/" + n.Name
+	c.claimedMu.Lock()
+	c.claiming[key]++
+	c.claimedMu.Unlock()
 	a, err := c.client.SamplecrdV1().Networks(n.Namespace).ClaimBlocks(ctx, n.Name, claim, metav1.CreateOptions{})
+	c.claimedMu.Lock()
+	if c.claiming[key]--; c.claiming[key] <= 0 {
+		delete(c.claiming, key)
+	}
+	c.claimedMu.Unlock()
 	if err != nil {
 		return nil, claimError(n, err)
 	}
@@ -249,4 +261,24 @@ func (c *Controller) enqueueAllocation(obj interface{}) {
 		return
 	}
 	c.queue.Add(a.Namespace + "/" + a.Network)
+}
+
+// enqueueAllocationChange is enqueueAllocation for an added or updated allocation, except the
+// node's own claim coming back: the sync that claimed has realised the claim's answer already
+// (and a headroom claim queues its Network itself), so reconciling again finds nothing to do.
+// With 1000 Networks created at once that second reconcile was half of the node's work.
+func (c *Controller) enqueueAllocationChange(obj interface{}) {
+	if a, ok := obj.(*v1.BlockAllocation); ok && a.NodeName == c.opts.NodeName {
+		key := a.Namespace + "/" + a.Network
+		c.claimedMu.Lock()
+		claimed, inFlight := c.claimed[key], c.claiming[key] > 0
+		c.claimedMu.Unlock()
+		if inFlight {
+			return // the claiming sync realises the answer
+		}
+		if claimed != nil && claimed.NetworkUID == a.NetworkUID && slices.EqualFunc(claimed.Blocks, a.Blocks, func(x, y v1.Block) bool { return x.CIDR == y.CIDR }) {
+			return
+		}
+	}
+	c.enqueueAllocation(obj)
 }

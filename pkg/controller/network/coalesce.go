@@ -78,4 +78,5 @@ func (c *Controller) forgetWritten(key string) {
 	c.writtenMu.Lock()
 	defer c.writtenMu.Unlock()
 	delete(c.written, key)
+	delete(c.entries, key)
 }

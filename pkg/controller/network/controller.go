@@ -112,6 +112,11 @@ type Controller struct {
 	backend netbackend.Backend
 	opts    Options
 
+	// unconfigure holds the keys of deleted Networks whose CNI configuration goes ahead of
+	// their bridge (nil when the backend is no netbackend.ConfigRemover); see unconfigure.go.
+	unconfigure workqueue.TypedRateLimitingInterface[string]
+	remover     netbackend.ConfigRemover
+
 	// leasesSeen records, per Network being deleted, when its leases without ports were first
 	// seen (see Options.LeaseGrace).
 	leasesMu   sync.Mutex
@@ -129,11 +134,15 @@ type Controller struct {
 	// has seen it, so that a claim is never repeated for want of a watch event.
 	claimedMu sync.Mutex
 	claimed   map[string]*v1.BlockAllocation
+	// claiming counts, per Network key, the claims in flight (see enqueueAllocationChange).
+	claiming map[string]int
 
 	// written records, per Network key, when the node last wrote its entry (see
 	// Options.CountReportInterval).
 	writtenMu sync.Mutex
 	written   map[string]time.Time
+	// entries holds, per Network key, the entry the node last wrote (see echo.go).
+	entries map[string]v1.NetworkNodeStatus
 }
 
 // New wires the controller to an informer and a backend.
@@ -164,7 +173,12 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 		clock:      clock.RealClock{},
 		queue:      newQueue("network"),
 		claimed:    map[string]*v1.BlockAllocation{},
+		claiming:   map[string]int{},
 		written:    map[string]time.Time{},
+		entries:    map[string]v1.NetworkNodeStatus{},
+	}
+	if r, ok := backend.(netbackend.ConfigRemover); ok {
+		c.remover, c.unconfigure = r, newQueue("network_unconfigure")
 	}
 	if opts.MinFreeAddresses == 0 {
 		c.opts.MinFreeAddresses = DefaultMinFreeAddresses
@@ -173,17 +187,25 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 		c.blockLister = opts.Blocks.Lister()
 		c.blocksSynced = opts.Blocks.Informer().HasSynced
 		if _, err := opts.Blocks.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueueAllocation,
-			UpdateFunc: func(_, obj interface{}) { c.enqueueAllocation(obj) },
+			AddFunc:    c.enqueueAllocationChange,
+			UpdateFunc: func(_, obj interface{}) { c.enqueueAllocationChange(obj) },
 			DeleteFunc: c.enqueueAllocation,
 		}); err != nil {
 			return nil, err
 		}
 	}
 	_, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueue,
-		UpdateFunc: func(_, obj interface{}) { c.enqueue(obj) },
-		DeleteFunc: c.enqueue,
+		AddFunc: c.enqueue,
+		UpdateFunc: func(old, obj interface{}) {
+			if c.isEcho(old, obj) {
+				return
+			}
+			c.enqueue(obj)
+		},
+		DeleteFunc: func(obj interface{}) {
+			c.enqueue(obj)
+			c.enqueueUnconfigure(obj)
+		},
 	})
 	if err != nil || opts.Node == nil {
 		return c, err
@@ -213,6 +235,9 @@ func (c *Controller) enqueue(obj interface{}) {
 func (c *Controller) Run(ctx context.Context, workers int) error {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
+	if c.unconfigure != nil {
+		defer c.unconfigure.ShutDown()
+	}
 	logger := klog.FromContext(ctx).WithValues("node", c.opts.NodeName)
 	logger.Info("Starting network controller", "workers", workers)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
@@ -240,10 +265,16 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	for range workers {
 		running.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
 	}
+	if c.unconfigure != nil {
+		running.Go(func() { wait.UntilWithContext(ctx, c.runUnconfigure, time.Second) })
+	}
 	<-ctx.Done()
 	logger.Info("Stopping network controller")
 	// Workers blocked in Get return once the queue is shut down.
 	c.queue.ShutDown()
+	if c.unconfigure != nil {
+		c.unconfigure.ShutDown()
+	}
 	running.Wait()
 	return nil
 }

@@ -99,6 +99,8 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 		c.event(n, "Warning", EventFailed, fmt.Sprintf("node %s: %v", c.opts.NodeName, failure))
 	}
 	// Deleted meanwhile (nil): the delete event removes it from the node.
+	// Remembered before the write: its watch event may arrive before the answer (echo.go).
+	c.rememberEntry(key, entry)
 	updated, err := nodestatus.ApplyNodeEntry(ctx, c.client, n, entry, "")
 	if err == nil {
 		c.wrote(key, kind)

@@ -32,15 +32,13 @@ import (
 // bridgeAddrs returns the addresses on link, without the IPv6 link-local ones, which the
 // kernel manages.
 func (b *Backend) bridgeAddrs(link netlink.Link) ([]netip.Prefix, error) {
-	addrs, err := dump(func() ([]netlink.Addr, error) { return b.h.AddrList(link, netlink.FAMILY_ALL) })
+	addrs, err := b.linkAddrs(link.Attrs().Index, unix.AF_UNSPEC)
 	if err != nil {
 		return nil, err
 	}
 	var out []netip.Prefix
-	for _, a := range addrs {
-		ones, _ := a.Mask.Size()
-		p, ok := prefixOf(a.IP, ones)
-		if !ok || (p.Addr().Is6() && p.Addr().IsLinkLocalUnicast()) {
+	for _, p := range addrs {
+		if p.Addr().Is6() && p.Addr().IsLinkLocalUnicast() {
 			continue
 		}
 		out = append(out, p)
@@ -65,7 +63,7 @@ func (b *Backend) ensureAddress(link netlink.Link, d netbackend.Desired) ([]stri
 		if p == want {
 			continue
 		}
-		if err := b.h.AddrDel(link, netlinkAddr(p)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		if err := b.nl().AddrDel(link, netlinkAddr(p)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 			return changes, fail(err, "removing stale address %s from bridge %s", p, name)
 		}
 		changes = append(changes, fmt.Sprintf("removed stale address %s from %s", p, name))
@@ -89,7 +87,7 @@ func (b *Backend) ensureAddress(link netlink.Link, d netbackend.Desired) ([]stri
 		return changes, netbackend.Errorf(netbackend.ReasonAddressInUse,
 			"gateway %s of network %s is already on interface %s; not adding it to bridge %s", d.Gateway, d.Key, holder, name)
 	}
-	if err := b.h.AddrAdd(link, netlinkAddr(want)); err != nil {
+	if err := b.nl().AddrAdd(link, netlinkAddr(want)); err != nil {
 		if errors.Is(err, unix.EADDRINUSE) || errors.Is(err, unix.EEXIST) {
 			return changes, &netbackend.Error{Reason: netbackend.ReasonAddressInUse,
 				Err: fmt.Errorf("adding gateway %s to bridge %s: %w", want, name, err)}
@@ -118,7 +116,7 @@ func (b *Backend) addressHolder(ip netip.Addr, index int) (string, error) {
 	if ip.Is6() {
 		family = netlink.FAMILY_V6
 	}
-	addrs, err := dump(func() ([]netlink.Addr, error) { return b.h.AddrList(nil, family) })
+	addrs, err := dump(func() ([]netlink.Addr, error) { return b.nl().AddrList(nil, family) })
 	if err != nil {
 		return "", err
 	}
@@ -126,7 +124,7 @@ func (b *Backend) addressHolder(ip netip.Addr, index int) (string, error) {
 		if p, ok := prefixOf(a.IP, 0); !ok || p.Addr() != ip || a.LinkIndex == index {
 			continue
 		}
-		if l, err := b.h.LinkByIndex(a.LinkIndex); err == nil {
+		if l, err := b.nl().LinkByIndex(a.LinkIndex); err == nil {
 			return l.Attrs().Name, nil
 		}
 		return fmt.Sprintf("index %d", a.LinkIndex), nil

@@ -73,7 +73,7 @@ func (b *Backend) createBridge(name, key string, mtu int, mac net.HardwareAddr) 
 				"interface %s (a %s interface, alias %q) in %s has the name network %s creates its bridge under; leaving it alone",
 				staging, leftover.Type(), leftover.Attrs().Alias, nsDescription(b.cfg.NetNSPath), key)
 		}
-		if err := b.h.LinkDel(leftover); err != nil && !errors.Is(err, unix.ENODEV) {
+		if err := b.nl().LinkDel(leftover); err != nil && !errors.Is(err, unix.ENODEV) {
 			return nil, nil, fail(err, "deleting %s, left by an interrupted creation", staging)
 		}
 		changes = append(changes, fmt.Sprintf("deleted %s, left by an interrupted creation", staging))
@@ -82,7 +82,7 @@ func (b *Backend) createBridge(name, key string, mtu int, mac net.HardwareAddr) 
 	attrs.Name = staging
 	attrs.MTU = mtu
 	attrs.HardwareAddr = mac
-	if err := b.h.LinkAdd(&netlink.Bridge{LinkAttrs: attrs}); err != nil {
+	if err := b.nl().LinkAdd(&netlink.Bridge{LinkAttrs: attrs}); err != nil {
 		return nil, changes, fail(err, "creating bridge %s for network %s", staging, key)
 	}
 	link, err := b.linkByName(staging)
@@ -92,12 +92,12 @@ func (b *Backend) createBridge(name, key string, mtu int, mac net.HardwareAddr) 
 	if err != nil {
 		return nil, changes, fail(err, "looking up new bridge %s", staging)
 	}
-	undo := func() { _ = b.h.LinkDel(link) }
-	if err := b.h.LinkSetAlias(link, Alias(key)); err != nil {
+	undo := func() { _ = b.nl().LinkDel(link) }
+	if err := b.nl().LinkSetAlias(link, Alias(key)); err != nil {
 		undo()
 		return nil, changes, fail(err, "setting the alias of new bridge %s", staging)
 	}
-	if err := b.h.LinkSetName(link, name); err != nil {
+	if err := b.nl().LinkSetName(link, name); err != nil {
 		undo()
 		if !errors.Is(err, unix.EEXIST) {
 			return nil, changes, fail(err, "renaming new bridge %s to %s", staging, name)

@@ -207,6 +207,7 @@ func (b *Backend) ensureGatewayFilter(key string, mac net.HardwareAddr, gw netip
 			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs, UserData: filterUserData(key, fp)})
 		}
 	}
+	nftablesFlushes.Inc()
 	if err := c.Flush(); err != nil {
 		return nil, fail(err, "writing the gateway filter of network %s to nftables table bridge %s", key, name)
 	}
@@ -238,6 +239,7 @@ func (b *Backend) removeFilterTable(key string, t *nftables.Table) (bool, error)
 		return false, fail(err, "looking up nftables table %s %s", family, t.Name)
 	}
 	c.DelTable(t)
+	nftablesFlushes.Inc()
 	if err := c.Flush(); err != nil {
 		return false, fail(err, "deleting nftables table %s %s of network %s", family, t.Name, key)
 	}

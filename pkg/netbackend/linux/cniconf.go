@@ -339,6 +339,7 @@ func listConfigKeys(dir string) ([]string, error) {
 // extension no CNI runtime loads), synced, then renamed over path, and the directory synced.
 // A reader sees the old or the new content, never a part.
 func writeFileAtomic(path string, content []byte) (err error) {
+	fileWrites.WithLabelValues("write").Inc()
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

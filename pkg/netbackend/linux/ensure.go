@@ -51,9 +51,9 @@ func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, er
 			return nil, fail(err, "listing the addresses of bridge %s", name)
 		}
 		a := link.Attrs()
-		links, err := dump(b.h.LinkList)
+		links, err := b.portLinks(a.Index)
 		if err != nil {
-			return nil, fail(err, "listing links")
+			return nil, fail(err, "listing the ports of bridge %s", name)
 		}
 		ports := portsOf(links, a.Index)
 		actual = &netbackend.Actual{Key: key, Bridge: name, Addresses: addrs, Up: a.Flags&net.FlagUp != 0, MTU: a.MTU,
@@ -170,7 +170,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 
 	var changes []string
 	if adopt {
-		if err := b.h.LinkSetAlias(link, Alias(d.Key)); err != nil {
+		if err := b.nl().LinkSetAlias(link, Alias(d.Key)); err != nil {
 			return nil, netbackend.Outcome{}, fail(err, "marking bridge %s as network %s's", name, d.Key)
 		}
 		changes = append(changes, fmt.Sprintf("%s%s: it had no alias and exactly the gateway %s, as the CNI bridge plugin creates it; marked it with alias %q",
@@ -195,7 +195,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 
 	if pin || !bytes.Equal(attrs.HardwareAddr, mac) {
 		// Set explicitly, a bridge's MAC no longer follows its ports.
-		if err := b.h.LinkSetHardwareAddr(link, mac); err != nil {
+		if err := b.nl().LinkSetHardwareAddr(link, mac); err != nil {
 			return changes, netbackend.Outcome{}, fail(err, "setting the MAC of bridge %s to %s", name, mac)
 		}
 		if pin {
@@ -211,7 +211,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 		return changes, netbackend.Outcome{}, err
 	}
 	if attrs.MTU != mtu {
-		if err := b.h.LinkSetMTU(link, mtu); err != nil {
+		if err := b.nl().LinkSetMTU(link, mtu); err != nil {
 			return changes, netbackend.Outcome{}, fail(err, "setting the MTU of bridge %s to %d", name, mtu)
 		}
 		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", name, attrs.MTU, mtu))
@@ -222,7 +222,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 		return changes, netbackend.Outcome{}, err
 	}
 	if attrs.Flags&net.FlagUp == 0 {
-		if err := b.h.LinkSetUp(link); err != nil {
+		if err := b.nl().LinkSetUp(link); err != nil {
 			return changes, netbackend.Outcome{}, fail(err, "setting bridge %s up", name)
 		}
 		changes = append(changes, fmt.Sprintf("set %s up", name))

@@ -51,14 +51,13 @@ func SegmentLinkLocal(key string, underlay netip.Addr) netip.Prefix {
 
 // linkLocals returns the IPv6 link-local addresses on link.
 func (b *Backend) linkLocals(link netlink.Link) ([]netip.Prefix, error) {
-	addrs, err := dump(func() ([]netlink.Addr, error) { return b.h.AddrList(link, netlink.FAMILY_V6) })
+	addrs, err := b.linkAddrs(link.Attrs().Index, unix.AF_INET6)
 	if err != nil {
 		return nil, err
 	}
 	var out []netip.Prefix
-	for _, a := range addrs {
-		ones, _ := a.Mask.Size()
-		if p, ok := prefixOf(a.IP, ones); ok && p.Addr().IsLinkLocalUnicast() {
+	for _, p := range addrs {
+		if p.Addr().IsLinkLocalUnicast() {
 			out = append(out, p)
 		}
 	}
@@ -81,7 +80,7 @@ func (b *Backend) prepareSegmentBridge(link netlink.Link, d netbackend.Desired, 
 		// every attribute of the link it is given, some of which the kernel refuses to set.
 		attrs := netlink.NewLinkAttrs()
 		attrs.Name, attrs.Index = name, link.Attrs().Index
-		if err := b.h.BridgeSetMcastSnoop(&netlink.Bridge{LinkAttrs: attrs}, false); err != nil {
+		if err := b.nl().BridgeSetMcastSnoop(&netlink.Bridge{LinkAttrs: attrs}, false); err != nil {
 			return nil, fail(err, "turning multicast snooping off on bridge %s", name)
 		}
 		changes = append(changes, fmt.Sprintf("turned multicast snooping off on %s", name))
@@ -96,7 +95,7 @@ func (b *Backend) prepareSegmentBridge(link netlink.Link, d netbackend.Desired, 
 		foreign = foreign || p != want
 	}
 	if !up || foreign {
-		if err := b.h.LinkSetIP6AddrGenMode(link, in6AddrGenModeNone); err != nil {
+		if err := b.nl().LinkSetIP6AddrGenMode(link, in6AddrGenModeNone); err != nil {
 			return changes, fail(err, "turning IPv6 link-local address generation off on bridge %s", name)
 		}
 		if up {
@@ -125,13 +124,13 @@ func (b *Backend) ensureSegmentLinkLocal(link netlink.Link, d netbackend.Desired
 			have = true
 			continue
 		}
-		if err := b.h.AddrDel(link, netlinkAddr(p)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		if err := b.nl().AddrDel(link, netlinkAddr(p)); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 			return changes, fail(err, "removing link-local address %s from bridge %s", p, name)
 		}
 		changes = append(changes, fmt.Sprintf("removed link-local address %s from %s", p, name))
 	}
 	if !have {
-		if err := b.h.AddrAdd(link, netlinkAddr(want)); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := b.nl().AddrAdd(link, netlinkAddr(want)); err != nil && !errors.Is(err, unix.EEXIST) {
 			return changes, fail(err, "adding link-local address %s to bridge %s", want, name)
 		}
 		changes = append(changes, fmt.Sprintf("added link-local address %s to %s", want, name))

@@ -59,6 +59,7 @@ import (
 	"sync"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -90,6 +91,10 @@ type Backend struct {
 	cfg Config
 	ns  netns.NsHandle // netns.None() for the process's namespace
 	h   *netlink.Handle
+	// dumpSock carries the filtered link dumps (dump.go), in the same namespace as h.
+	dumpSock *nl.SocketHandle
+	// delH deletes bridges (Remove) without b.mu, in the same namespace as h.
+	delH *netlink.Handle
 
 	// mu serialises the requests on h and the writes of Ensure and Remove.
 	mu sync.Mutex
@@ -111,13 +116,17 @@ type Backend struct {
 	subscribed func()
 }
 
-var _ netbackend.Backend = (*Backend)(nil)
+var (
+	_ netbackend.Backend       = (*Backend)(nil)
+	_ netbackend.ConfigRemover = (*Backend)(nil)
+)
 
 // New opens a Backend. Close releases it.
 func New(cfg Config) (*Backend, error) {
 	if cfg.CNIConfDir == "" {
 		return nil, errors.New("linux backend: the CNI configuration directory is not set")
 	}
+	RegisterMetrics()
 	ns := netns.None()
 	if cfg.NetNSPath != "" {
 		var err error
@@ -132,10 +141,29 @@ func New(cfg Config) (*Backend, error) {
 		}
 		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
 	}
+	dumpSock, err := openDumpSocket(ns)
+	if err != nil {
+		h.Close()
+		if ns.IsOpen() {
+			_ = ns.Close()
+		}
+		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
+	}
+	delH, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		h.Close()
+		dumpSock.Close()
+		if ns.IsOpen() {
+			_ = ns.Close()
+		}
+		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
+	}
 	b := &Backend{
 		cfg:      cfg,
 		ns:       ns,
 		h:        h,
+		delH:     delH,
+		dumpSock: dumpSock,
 		names:    map[string]string{},
 		indexes:  map[int]string{},
 		ports:    map[string]map[int]string{},
@@ -157,6 +185,8 @@ func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.h.Close()
+	b.delH.Close()
+	b.dumpSock.Close()
 	if b.ns.IsOpen() {
 		return b.ns.Close()
 	}
@@ -217,7 +247,7 @@ func dump[T any](f func() (T, error)) (T, error) {
 
 // linkByName returns the link called name, nil when there is none.
 func (b *Backend) linkByName(name string) (netlink.Link, error) {
-	link, err := b.h.LinkByName(name)
+	link, err := b.nl().LinkByName(name)
 	var notFound netlink.LinkNotFoundError
 	if errors.As(err, &notFound) {
 		return nil, nil

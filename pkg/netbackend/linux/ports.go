@@ -129,19 +129,24 @@ func sortedNames(ports map[int]string) []string {
 // attachedPorts returns the names of the ports of link (nil: none yet) and of the remembered
 // ports of key that exist without a master (to be attached again): the pods on the bridge.
 func (b *Backend) attachedPorts(link netlink.Link, key string) ([]string, error) {
-	links, err := dump(b.h.LinkList)
-	if err != nil {
-		return nil, err
-	}
 	ports := map[int]string{}
 	if link != nil {
+		links, err := b.portLinks(link.Attrs().Index)
+		if err != nil {
+			return nil, err
+		}
 		ports = portsOf(links, link.Attrs().Index)
 	}
-	remembered := b.rememberedPorts(key)
-	for _, l := range links {
-		a := l.Attrs()
-		if n, ok := remembered[a.Index]; ok && n == a.Name && a.MasterIndex == 0 {
-			ports[a.Index] = a.Name
+	for i, n := range b.rememberedPorts(key) {
+		if _, ok := ports[i]; ok {
+			continue
+		}
+		l, err := b.linkByIndex(i)
+		if err != nil {
+			return nil, err
+		}
+		if l != nil && l.Attrs().Name == n && l.Attrs().MasterIndex == 0 {
+			ports[i] = n
 		}
 	}
 	return sortedNames(ports), nil
@@ -154,24 +159,25 @@ func (b *Backend) attachedPorts(link netlink.Link, key string) ([]string, error)
 // returns the changes and the names of the bridge's ports afterwards.
 func (b *Backend) ensurePorts(link netlink.Link, key string) ([]string, []string, error) {
 	name, index := link.Attrs().Name, link.Attrs().Index
-	links, err := dump(b.h.LinkList)
+	links, err := b.portLinks(index)
 	if err != nil {
-		return nil, nil, fail(err, "listing links")
+		return nil, nil, fail(err, "listing the ports of bridge %s", name)
 	}
 	current := portsOf(links, index)
 	attached := maps.Clone(current)
-	byIndex := map[int]netlink.Link{}
-	for _, l := range links {
-		byIndex[l.Attrs().Index] = l
-	}
 	var changes, detached []string
 	var failure error
 	for i, portName := range b.rememberedPorts(key) {
 		if _, ok := current[i]; ok {
 			continue
 		}
-		port, ok := byIndex[i]
-		if !ok || port.Attrs().Name != portName {
+		port, err := b.linkByIndex(i)
+		if err != nil {
+			failure = fail(err, "looking up port %s of bridge %s", portName, name)
+			current[i] = portName
+			continue
+		}
+		if port == nil || port.Attrs().Name != portName {
 			continue // gone (the pod was deleted): forgotten below
 		}
 		if port.Attrs().MasterIndex != 0 {
@@ -179,7 +185,7 @@ func (b *Backend) ensurePorts(link netlink.Link, key string) ([]string, []string
 			current[i] = portName // still remembered: it may come back
 			continue
 		}
-		if err := b.h.LinkSetMaster(port, link); err != nil {
+		if err := b.nl().LinkSetMaster(port, link); err != nil {
 			if errors.Is(err, unix.ENODEV) {
 				continue
 			}
@@ -187,7 +193,7 @@ func (b *Backend) ensurePorts(link netlink.Link, key string) ([]string, []string
 			current[i] = portName
 			continue
 		}
-		if err := b.h.LinkSetHairpin(port, true); err != nil && !errors.Is(err, unix.ENODEV) {
+		if err := b.nl().LinkSetHairpin(port, true); err != nil && !errors.Is(err, unix.ENODEV) {
 			failure = fail(err, "setting hairpin mode on port %s of bridge %s", portName, name)
 		}
 		current[i], attached[i] = portName, portName

@@ -176,6 +176,7 @@ func (b *Backend) ensureSourceFilter(key string, s *netbackend.Segment) ([]strin
 	}
 	ch := c.AddChain(sourceChain(t))
 	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: sourceRule(s.VNI, v6, set), UserData: filterUserData(key, fp)})
+	nftablesFlushes.Inc()
 	if err := c.Flush(); err != nil {
 		return nil, fail(err, "writing the source filter of network %s to nftables table inet %s", key, name)
 	}

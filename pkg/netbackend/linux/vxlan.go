@@ -120,7 +120,7 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 			changes = append(changes, fmt.Sprintf("removed the source filter of %s", name))
 		}
 		if link != nil {
-			if err := b.h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+			if err := b.nl().LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 				return nil, fail(err, "deleting VXLAN device %s of network %s", name, d.Key)
 			}
 			changes = append(changes, fmt.Sprintf("deleted VXLAN device %s: the network has no segment on this node", name))
@@ -148,7 +148,7 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 	if link != nil {
 		vx, isVX := link.(*netlink.Vxlan)
 		if leftover || !isVX || !segmentMatches(vx, s, underlayIndex) {
-			if err := b.h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+			if err := b.nl().LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 				return nil, fail(err, "deleting VXLAN device %s of network %s to recreate it", name, d.Key)
 			}
 			if leftover {
@@ -165,7 +165,7 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 		attrs.MTU = mtu
 		vx := &netlink.Vxlan{LinkAttrs: attrs, VxlanId: int(s.VNI), SrcAddr: s.UnderlayAddress.AsSlice(),
 			VtepDevIndex: underlayIndex, Port: netbackend.VXLANPort, Learning: true}
-		if err := b.h.LinkAdd(vx); err != nil {
+		if err := b.nl().LinkAdd(vx); err != nil {
 			return changes, &netbackend.Error{Reason: netbackend.ReasonSegmentDown,
 				Err: fmt.Errorf("creating VXLAN device %s (VNI %d) for network %s: %w", name, s.VNI, d.Key, err)}
 		}
@@ -175,15 +175,15 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 		if err != nil {
 			return changes, fail(err, "looking up new VXLAN device %s", name)
 		}
-		if err := b.h.LinkSetAlias(link, Alias(d.Key)); err != nil {
-			_ = b.h.LinkDel(link)
+		if err := b.nl().LinkSetAlias(link, Alias(d.Key)); err != nil {
+			_ = b.nl().LinkDel(link)
 			return changes, fail(err, "setting the alias of new VXLAN device %s", name)
 		}
 		changes = append(changes, fmt.Sprintf("created VXLAN device %s (VNI %d, local %s, port %d)", name, s.VNI, s.UnderlayAddress, netbackend.VXLANPort))
 	}
 	a := link.Attrs()
 	if a.MTU != mtu {
-		if err := b.h.LinkSetMTU(link, mtu); err != nil {
+		if err := b.nl().LinkSetMTU(link, mtu); err != nil {
 			if errors.Is(err, unix.EINVAL) {
 				return changes, &netbackend.Error{Reason: netbackend.ReasonSegmentDown,
 					Err: fmt.Errorf("setting the MTU of VXLAN device %s to %d: %w (more than the underlay carries after %d bytes of encapsulation?)",
@@ -194,13 +194,13 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", name, a.MTU, mtu))
 	}
 	if a.MasterIndex != bridge.Attrs().Index {
-		if err := b.h.LinkSetMaster(link, bridge); err != nil {
+		if err := b.nl().LinkSetMaster(link, bridge); err != nil {
 			return changes, fail(err, "attaching VXLAN device %s to bridge %s", name, bridge.Attrs().Name)
 		}
 		changes = append(changes, fmt.Sprintf("attached VXLAN device %s to %s", name, bridge.Attrs().Name))
 	}
 	if a.Flags&net.FlagUp == 0 {
-		if err := b.h.LinkSetUp(link); err != nil {
+		if err := b.nl().LinkSetUp(link); err != nil {
 			return changes, fail(err, "setting VXLAN device %s up", name)
 		}
 		changes = append(changes, fmt.Sprintf("set %s up", name))
@@ -211,7 +211,7 @@ func (b *Backend) ensureSegment(bridge netlink.Link, d netbackend.Desired, mtu i
 
 // fdbEntries returns the VXLAN device's own FDB entries (not the bridge's).
 func (b *Backend) fdbEntries(link netlink.Link) ([]netlink.Neigh, error) {
-	entries, err := dump(func() ([]netlink.Neigh, error) { return b.h.NeighList(link.Attrs().Index, unix.AF_BRIDGE) })
+	entries, err := dump(func() ([]netlink.Neigh, error) { return b.nl().NeighList(link.Attrs().Index, unix.AF_BRIDGE) })
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +258,7 @@ func (b *Backend) ensureFlood(link netlink.Link, peers []netip.Addr) ([]string, 
 		if slices.Contains(have, p) {
 			continue
 		}
-		if err := b.h.NeighAppend(fdbEntry(link, zeroMAC, p, unix.NUD_NOARP|unix.NUD_PERMANENT)); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := b.nl().NeighAppend(fdbEntry(link, zeroMAC, p, unix.NUD_NOARP|unix.NUD_PERMANENT)); err != nil && !errors.Is(err, unix.EEXIST) {
 			return changes, fail(err, "adding peer %s to the flood list of %s", p, name)
 		}
 		have = append(have, p)
@@ -270,7 +270,7 @@ func (b *Backend) ensureFlood(link netlink.Link, peers []netip.Addr) ([]string, 
 			continue
 		}
 		dst = dst.Unmap()
-		if err := b.h.NeighDel(fdbEntry(link, e.HardwareAddr, dst, e.State)); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := b.nl().NeighDel(fdbEntry(link, e.HardwareAddr, dst, e.State)); err != nil && !errors.Is(err, unix.ENOENT) {
 			return changes, fail(err, "removing FDB entry %s dst %s from %s", e.HardwareAddr, dst, name)
 		}
 		if bytes.Equal(e.HardwareAddr, zeroMAC) {
@@ -328,7 +328,7 @@ func (b *Backend) removeSegment(key string) error {
 		return fail(err, "looking up VXLAN device %s of network %s", name, key)
 	}
 	if link != nil && isSegmentOf(link, key) {
-		if err := b.h.LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
+		if err := b.nl().LinkDel(link); err != nil && !errors.Is(err, unix.ENODEV) {
 			return fail(err, "deleting VXLAN device %s of network %s", name, key)
 		}
 	}

@@ -220,7 +220,7 @@ func (b *Backend) keyOfIndex(index int) (string, bool) {
 		return key, true
 	}
 	b.mu.Lock()
-	link, err := b.h.LinkByIndex(index)
+	link, err := b.nl().LinkByIndex(index)
 	b.mu.Unlock()
 	if err != nil {
 		return "", false // gone already; its deletion is a link notification
@@ -235,7 +235,7 @@ func (b *Backend) keyOfIndex(index int) (string, bool) {
 // learn records our bridges in the namespace, so that Watch maps them from the start.
 func (b *Backend) learn() error {
 	b.mu.Lock()
-	links, err := dump(b.h.LinkList)
+	links, err := dump(b.nl().LinkList)
 	b.mu.Unlock()
 	if err != nil {
 		return err
