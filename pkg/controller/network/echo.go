@@ -17,8 +17,6 @@ limitations under the License.
 package network
 
 import (
-	"slices"
-
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
@@ -63,12 +61,17 @@ func (c *Controller) isEcho(old, cur interface{}) bool {
 
 // withoutEcho is n without what the node's own write changes.
 func (c *Controller) withoutEcho(n *v1.Network) *v1.Network {
-	s := n.DeepCopy()
+	// A shallow copy: the fields set here are replaced, never written through, so the informer's
+	// object stays as it is without copying every entry of every update.
+	s := *n
 	s.ResourceVersion, s.ManagedFields = "", nil
 	s.Status.Conditions, s.Status.Capacity, s.Status.ObservedGeneration = nil, nil, 0
-	s.Status.Nodes = slices.DeleteFunc(s.Status.Nodes, func(e v1.NetworkNodeStatus) bool { return e.NodeName == c.opts.NodeName })
-	if len(s.Status.Nodes) == 0 {
-		s.Status.Nodes = nil
+	var others []v1.NetworkNodeStatus
+	for _, e := range n.Status.Nodes {
+		if e.NodeName != c.opts.NodeName {
+			others = append(others, e)
+		}
 	}
-	return s
+	s.Status.Nodes = others
+	return &s
 }
