@@ -80,12 +80,7 @@ func (b *Backend) leaseDirKeys() ([]string, error) {
 	}
 	var keys []string
 	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), "samplecrd_")
-		namespace, name, found := strings.Cut(rest, "_")
-		if !ok || !found || !e.IsDir() {
-			continue
-		}
-		if key := namespace + "/" + name; NetworkName(key) == e.Name() {
+		if key, ok := keyOfLeaseDir(e.Name()); ok && e.IsDir() {
 			keys = append(keys, key)
 		}
 	}
