@@ -81,7 +81,7 @@ func (b *Backend) ensureAddress(link netlink.Link, d netbackend.Desired) ([]stri
 		return changes, netbackend.Errorf(netbackend.ReasonAddressInUse,
 			"gateway %s of network %s is leased by host-local to container %s; not adding it to bridge %s", d.Gateway, d.Key, holder, name)
 	}
-	if holder, err := b.addressHolder(d.Gateway, link.Attrs().Index); err != nil {
+	if holder, err := b.gatewayHolder(d.Gateway, link.Attrs().Index); err != nil {
 		return changes, fail(err, "listing the addresses of the namespace")
 	} else if holder != "" {
 		return changes, netbackend.Errorf(netbackend.ReasonAddressInUse,
@@ -108,6 +108,40 @@ func netlinkAddr(p netip.Prefix) *netlink.Addr {
 		a.Flags = unix.IFA_F_NODAD
 	}
 	return a
+}
+
+// gatewayHolder returns the name of an interface other than index that the namespace delivers
+// ip to, "" if none. For IPv4 it asks the kernel which route of the FIB matches ip (`ip route get
+// fibmatch`): an IPv4 address has a host route of type local in the local table for as long as it
+// is on a link, up or down, so one lookup answers what a dump of every address in the namespace
+// answered (addressHolder), in time independent of how many Networks the node has. An address on
+// a link enslaved to a VRF has its local route in the VRF's table and is not found: it is no
+// conflict either, the bridge's gateway being routed in the default table. IPv6 addresses have
+// no local route while tentative or on a link that is down, so IPv6 keeps the dump.
+func (b *Backend) gatewayHolder(ip netip.Addr, index int) (string, error) {
+	if !ip.Is4() {
+		return b.addressHolder(ip, index)
+	}
+	routes, err := b.nl().RouteGetWithOptions(ip.AsSlice(), &netlink.RouteGetOptions{FIBMatch: true})
+	if errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EHOSTUNREACH) {
+		return "", nil // no route at all, so no local one
+	}
+	if err != nil {
+		return "", err
+	}
+	for _, r := range routes {
+		if r.Type != unix.RTN_LOCAL || r.Dst == nil || r.LinkIndex == index {
+			continue
+		}
+		if ones, bits := r.Dst.Mask.Size(); ones != bits || !r.Dst.IP.Equal(ip.AsSlice()) {
+			continue // a local route of a whole prefix (AnyIP) is not an address on a link
+		}
+		if l, err := b.nl().LinkByIndex(r.LinkIndex); err == nil {
+			return l.Attrs().Name, nil
+		}
+		return fmt.Sprintf("index %d", r.LinkIndex), nil
+	}
+	return "", nil
 }
 
 // addressHolder returns the name of an interface other than index that has ip, "" if none.

@@ -112,3 +112,50 @@ func TestIPv6Network(t *testing.T) {
 		t.Errorf("changes from IPv4 to IPv6: %q", changes)
 	}
 }
+
+// The IPv4 gateway check asks the FIB instead of dumping every address: it must still find an
+// address on a link that is up or down, ignore the bridge's own and a local route of a whole
+// prefix, and agree with the dump (addressHolder) on each.
+func TestGatewayHolder(t *testing.T) {
+	e := newEnv(t)
+	gw := netip.MustParseAddr("10.98.0.1")
+	check := func(what string, index int, want string) {
+		t.Helper()
+		got, err := e.b.gatewayHolder(gw, index)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		dumped, err := e.b.addressHolder(gw, index)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got != want || dumped != want {
+			t.Errorf("%s: holder %q (the dump says %q), want %q", what, got, dumped, want)
+		}
+	}
+	check("nothing holds it, no route", 0, "")
+	lo, err := e.ns.nl.LinkByName("lo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ns.nl.LinkSetUp(lo); err != nil {
+		t.Fatal(err)
+	}
+	anyIP := &netlink.Route{LinkIndex: lo.Attrs().Index, Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL,
+		Scope: netlink.SCOPE_HOST, Dst: &net.IPNet{IP: net.IP{10, 98, 0, 0}, Mask: net.CIDRMask(24, 32)}}
+	if err := e.ns.nl.RouteAdd(anyIP); err != nil {
+		t.Fatal(err)
+	}
+	check("a local route of the whole prefix", 0, "")
+	held := e.ns.addVeth(t, "held0", "held1", "10.98.0.1/24")
+	check("on a link that is down", 0, "held0")
+	check("on the link asked about", held.Attrs().Index, "")
+	if err := e.ns.nl.LinkSetUp(held); err != nil {
+		t.Fatal(err)
+	}
+	check("on a link that is up", 0, "held0")
+	if err := e.ns.nl.LinkDel(held); err != nil {
+		t.Fatal(err)
+	}
+	check("after the link is gone", 0, "")
+}
