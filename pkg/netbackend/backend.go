@@ -309,6 +309,15 @@ func ReasonOf(err error) string {
 	return ReasonBackendError
 }
 
+// LeaseReader is a backend that can read a Network's leases alone (Observe's Leases), without
+// looking at its links: what the controller needs after a successful Ensure, which already
+// reported the ports. On the Linux backend it is a read of host-local's directory, where
+// Observe also dumps the bridge's ports, which the kernel finds by walking every link.
+type LeaseReader interface {
+	// Leases returns the addresses the IPAM plugin holds for key on this node (nil if none).
+	Leases(ctx context.Context, key string) ([]string, error)
+}
+
 // ConfigRemover is a backend that can remove a Network's CNI configuration alone, ahead of the
 // bridge (the Linux backend). The controller removes a deleted Network's configuration at once
 // with it, from a queue of its own: a runtime can no longer ADD to the Network, while the

@@ -214,6 +214,11 @@ func (b *closeCheckingBackend) Observe(ctx context.Context, key string) (*netbac
 	return b.Backend.Observe(ctx, key)
 }
 
+func (b *closeCheckingBackend) Leases(ctx context.Context, key string) ([]string, error) {
+	defer b.enter("Leases")()
+	return b.Backend.Leases(ctx, key)
+}
+
 func (b *closeCheckingBackend) Ensure(ctx context.Context, d netbackend.Desired) ([]string, netbackend.Outcome, error) {
 	defer b.enter("Ensure")()
 	changes, outcome, err := b.Backend.Ensure(ctx, d)

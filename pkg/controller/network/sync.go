@@ -84,7 +84,7 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 			extra.ipamMode = samplecrd.IPAMModeLegacy
 		}
 		if ensureErr == nil {
-			if actual, err := c.backend.Observe(ctx, key); err == nil && actual != nil {
+			if actual, err := c.observeEnsured(ctx, key, desired.Segment != nil); err == nil && actual != nil {
 				if desired.Segment != nil {
 					if actual.Segment == nil {
 						view.failure = netbackend.Errorf(netbackend.ReasonSegmentDown,
@@ -147,6 +147,34 @@ func desiredOf(key string, n *v1.Network) (netbackend.Desired, error) {
 		return netbackend.Desired{}, netbackend.Errorf("InvalidSpec", "spec.gateway %q: %v", n.Spec.Gateway, err)
 	}
 	return netbackend.Desired{Key: key, Prefix: prefix, Gateway: gateway, IPMasq: n.Annotations[IPMasqAnnotation] == "true"}, nil
+}
+
+// leases returns the node's leases of key, read alone when the backend can (LeaseReader).
+func (c *Controller) leases(ctx context.Context, key string) ([]string, error) {
+	if r, ok := c.backend.(netbackend.LeaseReader); ok {
+		return r.Leases(ctx, key)
+	}
+	a, err := c.backend.Observe(ctx, key)
+	if err != nil || a == nil {
+		return nil, err
+	}
+	return a.Leases, nil
+}
+
+// observeEnsured returns what a sync needs of the node after a successful Ensure, which
+// reported the ports: the leases and, for a Network with a segment, its VXLAN device. Without a
+// segment and with a LeaseReader, only the leases are read (Observe would dump the bridge's
+// ports again, a walk of every link in the kernel).
+func (c *Controller) observeEnsured(ctx context.Context, key string, segment bool) (*netbackend.Actual, error) {
+	r, ok := c.backend.(netbackend.LeaseReader)
+	if segment || !ok {
+		return c.backend.Observe(ctx, key)
+	}
+	leases, err := r.Leases(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &netbackend.Actual{Key: key, Leases: leases}, nil
 }
 
 // attachments returns the number of pods attached to key's bridge on this node (0 when unknown).

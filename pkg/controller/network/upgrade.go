@@ -57,12 +57,12 @@ type LeaseHolders interface {
 // leasesIn returns the addresses host-local holds for key inside prefix (never the gateway),
 // sorted; nil when the backend cannot tell.
 func (c *Controller) leasesIn(ctx context.Context, key string, prefix netip.Prefix, gateway netip.Addr) []netip.Addr {
-	actual, err := c.backend.Observe(ctx, key)
-	if err != nil || actual == nil {
+	leases, err := c.leases(ctx, key)
+	if err != nil {
 		return nil
 	}
 	var out []netip.Addr
-	for _, l := range actual.Leases {
+	for _, l := range leases {
 		a, err := netip.ParseAddr(l)
 		if err != nil || !prefix.Contains(a) || a == gateway {
 			continue

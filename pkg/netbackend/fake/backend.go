@@ -34,6 +34,8 @@ import (
 // Counts are the calls a Backend received and the writes it made.
 type Counts struct {
 	Observe, Ensure, Remove, List, Watch int
+	// Leases counts LeaseReader calls.
+	Leases int
 	// Writes is the number of changes made by Ensure and Remove (one per reported change,
 	// one per deleted bridge or configuration).
 	Writes int
@@ -109,6 +111,20 @@ func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, er
 		return nil, nil
 	}
 	return clone(a), nil
+}
+
+// Leases implements netbackend.LeaseReader.
+func (b *Backend) Leases(_ context.Context, key string) ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.counts.Leases++
+	if err := b.failures[key]; err != nil {
+		return nil, err
+	}
+	if a, ok := b.nodes[key]; ok {
+		return slices.Clone(a.Leases), nil
+	}
+	return nil, nil
 }
 
 // Ensure implements netbackend.Backend: it changes only what differs from d and reports each change.

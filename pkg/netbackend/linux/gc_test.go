@@ -162,6 +162,12 @@ func TestLeasesObservedAndCollected(t *testing.T) {
 	if err != nil || a == nil || !slices.Equal(a.Leases, []string{"10.99.0.7", "10.99.0.9"}) {
 		t.Fatalf("Observe with two leases: %+v, %v; want leases 10.99.0.7, 10.99.0.9", a, err)
 	}
+	if leases, err := e.b.Leases(ctx, d.Key); err != nil || !slices.Equal(leases, a.Leases) {
+		t.Fatalf("Leases: %v, %v; want what Observe reports, %v", leases, err, a.Leases)
+	}
+	if leases, err := e.b.Leases(ctx, "default/none"); err != nil || leases != nil {
+		t.Fatalf("Leases of a Network without a directory: %v, %v; want none", leases, err)
+	}
 
 	// Only host-local's directory is left of a Network that is gone.
 	gone := "default/gone"

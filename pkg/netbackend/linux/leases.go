@@ -17,12 +17,15 @@ limitations under the License.
 package linux
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 )
 
 // leaseHolder returns the container ID to which host-local leased ip in key's network, "" when
@@ -49,6 +52,18 @@ func (b *Backend) ipamDataDir() string {
 // leaseDir is the directory in which host-local records key's leases.
 func (b *Backend) leaseDir(key string) string {
 	return filepath.Join(b.ipamDataDir(), NetworkName(key))
+}
+
+// Leases implements netbackend.LeaseReader.
+func (b *Backend) Leases(_ context.Context, key string) ([]string, error) {
+	if key == "" {
+		return nil, netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
+	}
+	leases, _, err := b.leases(key)
+	if err != nil {
+		return nil, fail(err, "reading host-local's leases of network %s", key)
+	}
+	return leases, nil
 }
 
 // leases returns the addresses host-local holds for key (a file named by each address), sorted,
