@@ -228,8 +228,8 @@ func isReady(n *v1.Network) bool {
 
 // controllerCIDR is Network i's /24 of 10.0.0.0/8 and its gateway. The step's Networks are /24s,
 // not the other steps' /28s: a /28 holds fewer addresses than the agent's default headroom
-// (--min-free-addresses 16), so its node claims every block of it and then reports
-// AddressesExhausted (Ready False) as it is designed to; a /24 needs one block.
+// (--min-free-addresses 16), so its node claims every block of it (five claims, a status write
+// after each) and then reports AddressesExhausted on its ready entry; a /24 needs one block.
 func controllerCIDR(i int) (cidr, gateway string) {
 	return fmt.Sprintf("10.%d.%d.0/24", i>>8, i&0xff), fmt.Sprintf("10.%d.%d.1", i>>8, i&0xff)
 }

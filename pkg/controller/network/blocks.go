@@ -21,6 +21,7 @@ import (
 	"math/big"
 	"net/netip"
 	"slices"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,7 +38,8 @@ import (
 const (
 	// ReasonAddressesExhausted: the node needs a block (its first, or another because its free
 	// addresses ran low) and the Network has none left. The API's name, from which the server
-	// derives the Network's AddressesExhausted condition.
+	// derives the Network's AddressesExhausted condition. The entry is not ready when the node
+	// has no address free; with some still free it stays ready and carries the reason.
 	ReasonAddressesExhausted = samplecrd.ReasonAddressesExhausted
 	// ReasonReconciling: the node's first block is being claimed (no configuration yet).
 	ReasonReconciling = "Reconciling"
@@ -179,21 +181,93 @@ func (c *Controller) firstBlocks(ctx context.Context, n *v1.Network, prefix neti
 	return blockView{blocks: blocks}
 }
 
+// headroomRefusal is the state at which the server last refused a headroom claim of a Network
+// (no block left) while the node still had free addresses: the claim is not repeated while that
+// state lasts, so a small or nearly full Network costs no claim request per reconcile.
+type headroomRefusal struct {
+	uid    string
+	blocks string // the node's blocks
+	free   int64
+	// others are the other nodes' blocks as their entries report them: a block they release
+	// may be claimed, so a change tries again.
+	others string
+	// notice is what the node's entry says meanwhile (ready, reason AddressesExhausted).
+	notice error
+}
+
 // keepHeadroom claims another block when fewer than MinFreeAddresses of the node's blocks are
 // free. used is the larger of the leases inside the blocks and the attached ports (a port is
-// attached before its address is leased). It reports whether a block was added; a failed claim
-// is returned.
-func (c *Controller) keepHeadroom(ctx context.Context, n *v1.Network, prefix netip.Prefix, gateway netip.Addr, v blockView, leases []string, ports int) (bool, error) {
+// attached before its address is leased). It reports whether a block was added.
+//
+// A claim the server refuses for want of a block (AddressesExhausted) while the node still has
+// free addresses is no failure: pods still get addresses. It is returned as notice, which the
+// entry carries as its reason while staying ready, and it is not tried again until the node's
+// blocks, its free addresses or the other nodes' blocks change. Any other failed claim, and a
+// refusal with no address free, is returned as err: the entry is not ready.
+func (c *Controller) keepHeadroom(ctx context.Context, n *v1.Network, prefix netip.Prefix, gateway netip.Addr, v blockView, leases []string, ports int) (added bool, notice, err error) {
+	key := n.Namespace + "/" + n.Name
 	free := freeAddresses(v.blocks, prefix, gateway, leases, ports)
 	if free >= int64(c.opts.MinFreeAddresses) || c.nodeStatus().deleted {
-		return false, nil
+		c.forgetRefusal(key)
+		return false, nil, nil
+	}
+	at := headroomRefusal{uid: string(n.UID), blocks: strings.Join(v.cidrs(), ","), free: free, others: c.othersBlocksOf(n)}
+	c.claimedMu.Lock()
+	last, refused := c.refused[key]
+	c.claimedMu.Unlock()
+	if refused && free > 0 && last.uid == at.uid && last.blocks == at.blocks && last.free == at.free && last.others == at.others {
+		klog.FromContext(ctx).V(4).Info("Free addresses below the threshold; no block was left at the last claim and nothing changed since",
+			"network", klog.KObj(n), "free", free, "min", c.opts.MinFreeAddresses)
+		return false, last.notice, nil
 	}
 	klog.FromContext(ctx).V(2).Info("Free addresses below the threshold; claiming another block",
 		"network", klog.KObj(n), "free", free, "min", c.opts.MinFreeAddresses)
-	if _, err := c.claim(ctx, n); err != nil {
-		return false, err
+	_, err = c.claim(ctx, n)
+	if err != nil && free > 0 && netbackend.ReasonOf(err) == ReasonAddressesExhausted {
+		var total int64
+		for _, b := range v.blocks {
+			total += usable(b, prefix, gateway)
+		}
+		// The message names no count that changes with the leases: a change of the counts
+		// alone stays a count change of the entry (coalesce.go).
+		at.notice = netbackend.Errorf(ReasonAddressesExhausted,
+			"%s: node %s has fewer free addresses than its headroom of %d (--min-free-addresses) and no address block is left to claim; "+
+				"it stays ready while its blocks' %d usable addresses are not all in use",
+			prefix, c.opts.NodeName, c.opts.MinFreeAddresses, total)
+		c.claimedMu.Lock()
+		c.refused[key] = at
+		c.claimedMu.Unlock()
+		klog.FromContext(ctx).V(2).Info("No block left for headroom; the node stays ready while it has free addresses",
+			"network", klog.KObj(n), "free", free, "min", c.opts.MinFreeAddresses, "err", err)
+		return false, at.notice, nil
 	}
-	return true, nil
+	c.forgetRefusal(key)
+	if err != nil {
+		return false, nil, err
+	}
+	return true, nil, nil
+}
+
+// othersBlocksOf lists the blocks the other nodes' entries of n report.
+func (c *Controller) othersBlocksOf(n *v1.Network) string {
+	var b strings.Builder
+	for _, e := range n.Status.Nodes {
+		if e.NodeName == c.opts.NodeName || len(e.Blocks) == 0 {
+			continue
+		}
+		b.WriteString(e.NodeName)
+		b.WriteByte('=')
+		b.WriteString(strings.Join(e.Blocks, ","))
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
+// forgetRefusal drops the remembered refusal of a headroom claim of key.
+func (c *Controller) forgetRefusal(key string) {
+	c.claimedMu.Lock()
+	defer c.claimedMu.Unlock()
+	delete(c.refused, key)
 }
 
 // freeAddresses counts the addresses host-local can still hand out from blocks.

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
@@ -199,6 +201,9 @@ func TestAddressesExhaustedIsReported(t *testing.T) {
 	}
 }
 
+// TestExhaustedWhenRunningLow: a node below its headroom that the server refuses another block
+// still has free addresses: its entry stays ready, says AddressesExhausted, and the sync succeeds
+// (no retry loop).
 func TestExhaustedWhenRunningLow(t *testing.T) {
 	f := newBlocksFixture(t, blockNetwork(), "10.66.0.16/28")
 	if _, err := f.sync("team/web"); err != nil {
@@ -206,15 +211,191 @@ func TestExhaustedWhenRunningLow(t *testing.T) {
 	}
 	f.refresh("web")
 	f.backend.SetLeases("team/web", "10.66.0.16", "10.66.0.17")
-	if _, err := f.sync("team/web"); err == nil {
-		t.Fatal("sync with no block left for headroom succeeded")
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatalf("sync with free addresses but no block left for headroom: %v", err)
 	}
 	applied := f.statusApplies()
-	if len(applied) != 1 || applied[0].Ready || applied[0].Reason != ReasonAddressesExhausted || !slices.Equal(applied[0].Blocks, []string{"10.66.0.16/28"}) {
+	if len(applied) != 1 || !applied[0].Ready || applied[0].Reason != ReasonAddressesExhausted || !slices.Equal(applied[0].Blocks, []string{"10.66.0.16/28"}) {
 		t.Fatalf("entry: %+v", applied)
 	}
 	if f.backend.Get("team/web").CNIConfig == nil {
 		t.Fatal("the node's configuration went although its block still has free addresses")
+	}
+}
+
+// smallNetwork is a /28: 13 usable addresses, fewer than the default headroom of 16.
+func smallNetwork() *v1.Network {
+	n := network("tiny", "10.1.0.0/28", "10.1.0.1", 1)
+	n.UID = types.UID("uid-tiny")
+	return n
+}
+
+// leasesFrom returns count addresses of the /28 from 10.1.0.2 on (the gateway is .1).
+func leasesFrom(count int) []string {
+	var out []string
+	for i := range count {
+		out = append(out, fmt.Sprintf("10.1.0.%d", 2+i))
+	}
+	return out
+}
+
+// TestSmallNetworkIsReadyOnItsFirstNode: a Network smaller than the headroom, on one node, is
+// realised and ready; the refused headroom claim leaves the reason AddressesExhausted on the
+// ready entry and is not repeated while nothing changes.
+func TestSmallNetworkIsReadyOnItsFirstNode(t *testing.T) {
+	f := newBlocksFixture(t, smallNetwork(), "10.1.0.0/28")
+	recorder := record.NewFakeRecorder(10)
+	f.controller.opts.Recorder = recorder
+	if _, err := f.sync("team/tiny"); err != nil {
+		t.Fatalf("sync of a /28 on its first node: %v", err)
+	}
+	if f.claims != 2 {
+		t.Fatalf("claims: %d, want 2 (the block, then one refused for headroom)", f.claims)
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 {
+		t.Fatalf("status applies: %+v", applied)
+	}
+	e := applied[0]
+	want := "10.1.0.0/28: node node-a has fewer free addresses than its headroom of 16 (--min-free-addresses) and no address block is left to claim; " +
+		"it stays ready while its blocks' 13 usable addresses are not all in use"
+	if !e.Ready || e.Reason != ReasonAddressesExhausted || e.Message != want || !slices.Equal(e.Blocks, []string{"10.1.0.0/28"}) {
+		t.Fatalf("entry of the /28: %+v", e)
+	}
+	if f.backend.Get("team/tiny").CNIConfig == nil {
+		t.Fatal("no CNI configuration: pods cannot attach")
+	}
+	if d, _ := f.backend.Desired("team/tiny"); !slices.Equal(d.Blocks, prefixes("10.1.0.0/28")) {
+		t.Fatalf("desired blocks: %v", d.Blocks)
+	}
+	if f.controller.queue.Len() != 0 {
+		t.Fatalf("the sync queued the Network again (queue length %d)", f.controller.queue.Len())
+	}
+
+	// Nothing changed: neither a claim nor a write, however often it reconciles.
+	f.refresh("tiny")
+	for range 3 {
+		if _, err := f.sync("team/tiny"); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.statusApplies(); len(got) != 0 {
+			t.Fatalf("status writes while nothing changed: %+v", got)
+		}
+	}
+	if f.claims != 2 {
+		t.Fatalf("claims while nothing changed: %d, want 2", f.claims)
+	}
+
+	// A pod takes an address: the counts changed, so one claim is tried again, and refused.
+	f.backend.SetLeases("team/tiny", leasesFrom(1)...)
+	if _, err := f.sync("team/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if f.claims != 3 {
+		t.Fatalf("claims after a lease: %d, want 3", f.claims)
+	}
+	f.refresh("tiny")
+	if _, err := f.sync("team/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if f.claims != 3 {
+		t.Fatalf("claims after a lease and a resync: %d, want 3", f.claims)
+	}
+	n := f.refresh("tiny")
+	if e := nodestatus.FindEntry(n, "node-a"); e == nil || !e.Ready || e.Reason != ReasonAddressesExhausted || e.Leases == nil || *e.Leases != 1 {
+		t.Fatalf("entry with one lease: %+v", e)
+	}
+	// One Warning (beside the Normal Created), when the entry started saying so.
+	close(recorder.Events)
+	var events []string
+	for e := range recorder.Events {
+		if strings.HasPrefix(e, "Warning ") {
+			events = append(events, e)
+		}
+	}
+	if len(events) != 1 || !strings.HasPrefix(events[0], "Warning AddressesExhausted node node-a: 10.1.0.0/28: ") {
+		t.Fatalf("events: %q", events)
+	}
+}
+
+// TestSmallNetworkFullIsNotReady: with no address free the refusal is a failure, as before:
+// not ready, AddressesExhausted, the sync fails (retried).
+func TestSmallNetworkFullIsNotReady(t *testing.T) {
+	f := newBlocksFixture(t, smallNetwork(), "10.1.0.0/28")
+	if _, err := f.sync("team/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	f.refresh("tiny")
+	f.backend.SetLeases("team/tiny", leasesFrom(13)...)
+	if _, err := f.sync("team/tiny"); err == nil {
+		t.Fatal("sync with every address in use and no block left succeeded")
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || applied[0].Ready || applied[0].Reason != ReasonAddressesExhausted ||
+		applied[0].Message != "10.66.0.0/24: no free address block for node-a (16 blocks held by 3 nodes)" {
+		t.Fatalf("entry of the full /28: %+v", applied)
+	}
+	claims := f.claims
+	f.refresh("tiny")
+	if _, err := f.sync("team/tiny"); err == nil {
+		t.Fatal("second sync of the full /28 succeeded")
+	}
+	if f.claims != claims+1 {
+		t.Fatalf("claims on the retry of a full node: %d, want %d (a real failure is retried)", f.claims, claims+1)
+	}
+	// A pod goes: free again, ready again with the reason.
+	f.backend.SetLeases("team/tiny", leasesFrom(12)...)
+	if _, err := f.sync("team/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if applied := f.statusApplies(); len(applied) != 1 || !applied[0].Ready || applied[0].Reason != ReasonAddressesExhausted {
+		t.Fatalf("entry with one address free again: %+v", applied)
+	}
+}
+
+// TestRefusedHeadroomClaimIsTriedAgain: the claim is tried again once another node's blocks
+// change (it may have released one), and a block then claimed clears the reason.
+func TestRefusedHeadroomClaimIsTriedAgain(t *testing.T) {
+	n := smallNetwork()
+	n.Spec.CIDR = "10.1.0.0/27"
+	n.Status.Nodes = []v1.NetworkNodeStatus{{NodeName: "node-b", Ready: true, Blocks: []string{"10.1.0.16/28"}}}
+	f := newBlocksFixture(t, n, "10.1.0.0/28")
+	if _, err := f.sync("team/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if applied := f.statusApplies(); len(applied) != 1 || !applied[0].Ready || applied[0].Reason != ReasonAddressesExhausted {
+		t.Fatalf("entry: %+v", applied)
+	}
+	f.refresh("tiny")
+	if _, err := f.sync("team/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if f.claims != 2 {
+		t.Fatalf("claims while nothing changed: %d, want 2", f.claims)
+	}
+	// node-b releases its block: its entry changes, and this node gets it.
+	cur := f.refresh("tiny")
+	for i := range cur.Status.Nodes {
+		if cur.Status.Nodes[i].NodeName == "node-b" {
+			cur.Status.Nodes[i].Blocks = nil
+		}
+	}
+	if err := f.indexer.Update(cur); err != nil {
+		t.Fatal(err)
+	}
+	f.free = []string{"10.1.0.16/28"}
+	if _, err := f.sync("team/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if f.claims != 3 {
+		t.Fatalf("claims after another node's blocks changed: %d, want 3", f.claims)
+	}
+	if _, err := f.sync("team/tiny"); err != nil {
+		t.Fatal(err)
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || !applied[0].Ready || applied[0].Reason != "" || len(applied[0].Blocks) != 2 {
+		t.Fatalf("entry with the second block: %+v", applied)
 	}
 }
 

@@ -136,6 +136,9 @@ type Controller struct {
 	claimed   map[string]*v1.BlockAllocation
 	// claiming counts, per Network key, the claims in flight (see enqueueAllocationChange).
 	claiming map[string]int
+	// refused holds, per Network key, the state at which a headroom claim was last refused while
+	// the node had free addresses (see keepHeadroom).
+	refused map[string]headroomRefusal
 
 	// written records, per Network key, when the node last wrote its entry (see
 	// Options.CountReportInterval).
@@ -174,6 +177,7 @@ func New(client versioned.Interface, informer informers.NetworkInformer, backend
 		queue:      newQueue("network"),
 		claimed:    map[string]*v1.BlockAllocation{},
 		claiming:   map[string]int{},
+		refused:    map[string]headroomRefusal{},
 		written:    map[string]time.Time{},
 		entries:    map[string]v1.NetworkNodeStatus{},
 	}

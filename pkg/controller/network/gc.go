@@ -46,6 +46,7 @@ func (c *Controller) collectGarbage(ctx context.Context) {
 func (c *Controller) remove(ctx context.Context, key string) (string, error) {
 	c.leasesDone(key)
 	c.forgetWritten(key)
+	c.forgetClaim(key)
 	if actual, err := c.backend.Observe(ctx, key); err == nil && actual == nil {
 		return "in_sync", nil
 	}

@@ -176,9 +176,11 @@ func (c *Controller) terminateUnselected(ctx context.Context, key string, n *v1.
 	return true, "not_selected", nil
 }
 
-// forgetClaim drops the remembered answer of the node's last claim of key.
+// forgetClaim drops the remembered answer of the node's last claim of key, and a refused
+// headroom claim.
 func (c *Controller) forgetClaim(key string) {
 	c.claimedMu.Lock()
 	defer c.claimedMu.Unlock()
 	delete(c.claimed, key)
+	delete(c.refused, key)
 }

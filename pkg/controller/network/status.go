@@ -37,6 +37,9 @@ type entryExtra struct {
 	leases   *int32
 	// leaseReclaim: whether the node releases leaked leases (reported beside leases).
 	leaseReclaim string
+	// notice, when set and nothing failed, gives the ready entry its reason and message: the
+	// node has free addresses but fewer than its headroom, and no block is left to claim.
+	notice error
 }
 
 // report applies this node's status entry, unless it already says the same, and returns the
@@ -63,8 +66,13 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 		entry.Leases = extra.leases
 		entry.LeaseReclaim = extra.leaseReclaim
 	}
-	if failure != nil {
+	var notice error
+	switch {
+	case failure != nil:
 		entry.Reason, entry.Message = netbackend.ReasonOf(failure), failure.Error()
+	case extra != nil && extra.notice != nil:
+		notice = extra.notice
+		entry.Reason, entry.Message = netbackend.ReasonOf(notice), notice.Error()
 	}
 	// While the Node is not Ready the entry says so, exactly as the server's node lifecycle loop
 	// marks it, so the two never undo each other. Once the Node is deleted the entry says
@@ -81,7 +89,8 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 		entry = nodestatus.MarkNodeNotReady(entry, node.why)
 	}
 	kind := writeState
-	if current := nodestatus.FindEntry(n, c.opts.NodeName); current != nil {
+	current := nodestatus.FindEntry(n, c.opts.NodeName)
+	if current != nil {
 		if nodestatus.SameReport(*current, entry) {
 			return n, nil
 		}
@@ -97,6 +106,10 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 	}
 	if reason := netbackend.ReasonOf(failure); failure != nil && reason != ReasonTerminating && reason != ReasonNotSelected {
 		c.event(n, "Warning", EventFailed, fmt.Sprintf("node %s: %v", c.opts.NodeName, failure))
+	}
+	if notice != nil && entry.Ready && (current == nil || current.Reason != entry.Reason || current.Message != entry.Message) {
+		// Once, when the entry starts saying so: it is a warning, not a failure.
+		c.event(n, "Warning", netbackend.ReasonOf(notice), fmt.Sprintf("node %s: %v", c.opts.NodeName, notice))
 	}
 	// Deleted meanwhile (nil): the delete event removes it from the node.
 	// Remembered before the write: its watch event may arrive before the answer (echo.go).

@@ -97,13 +97,14 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 				extra.leases = &leases
 				extra.leaseReclaim = c.leaseReclaimState()
 				if !view.legacy && (view.failure == nil || netbackend.ReasonOf(view.failure) == netbackend.ReasonSegmentDown) {
-					added, err := c.keepHeadroom(ctx, n, desired.Prefix, desired.Gateway, *view, actual.Leases, len(outcome.Ports))
+					added, notice, err := c.keepHeadroom(ctx, n, desired.Prefix, desired.Gateway, *view, actual.Leases, len(outcome.Ports))
 					if added {
 						c.queue.Add(key) // realise the new block
 					}
 					if err != nil {
 						view.failure = err
 					}
+					extra.notice = notice
 				}
 			}
 			failure = view.failure

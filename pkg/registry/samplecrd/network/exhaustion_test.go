@@ -44,6 +44,10 @@ func TestDeriveExhaustion(t *testing.T) {
 		"two exhausted, named in order": {nodes: []samplecrd.NetworkNodeStatus{node("z", samplecrd.ReasonAddressesExhausted), node("a", ""),
 			node("m", samplecrd.ReasonAddressesExhausted)},
 			status: metav1.ConditionTrue, reason: samplecrd.ReasonAddressesExhausted, msg: "no address block is left for 2 node(s) that need one: m, z"},
+		// A node short of its headroom, with addresses still free: ready, and still warned of.
+		"a ready entry with the reason": {nodes: []samplecrd.NetworkNodeStatus{{NodeName: "a", Ready: true, ObservedGeneration: 2,
+			Reason: samplecrd.ReasonAddressesExhausted, Message: "below its headroom"}},
+			status: metav1.ConditionTrue, reason: samplecrd.ReasonAddressesExhausted, msg: "no address block is left for 1 node(s) that need one: a"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			n := &samplecrd.Network{ObjectMeta: metav1.ObjectMeta{Generation: 2}, Status: samplecrd.NetworkStatus{Nodes: tc.nodes,

@@ -59,6 +59,8 @@ func TestDeriveReadiness(t *testing.T) {
 		"a failed node still fails beside one without its controller": {nodes: []samplecrd.NetworkNodeStatus{node("a", false, 3, "InterfaceNotOurs", "dummy"),
 			node("d", false, 3, samplecrd.ReasonControllerNeedsNetAdmin, "needs CAP_NET_ADMIN")},
 			status: metav1.ConditionFalse, reason: "InterfaceNotOurs", msgHas: "not ready on 1 of 1 nodes: a: dummy; no controller running on 1 node(s)", observedGen: 3},
+		"a ready node short of headroom is ready": {nodes: []samplecrd.NetworkNodeStatus{node("a", true, 3, samplecrd.ReasonAddressesExhausted, "below its headroom"), node("b", true, 3, "", "")},
+			status: metav1.ConditionTrue, reason: ReasonRealized, msgHas: "realised on 2 node(s)", observedGen: 3},
 		"one failed wins with its reason": {nodes: []samplecrd.NetworkNodeStatus{node("b", true, 2, "", ""), node("a", false, 3, "InterfaceNotOurs", "nwabc is a dummy")},
 			status: metav1.ConditionFalse, reason: "InterfaceNotOurs", msgHas: "a: nwabc is a dummy", observedGen: 2},
 	} {
