@@ -113,7 +113,16 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if d.Segment == nil {
+		b.beginEnsure(d.Key)
+	}
+	changes, outcome, err := b.ensureLocked(d, mtu, name, confPath)
+	b.endEnsure(d, err == nil, len(changes) > 0)
+	return changes, outcome, err
+}
 
+// ensureLocked is Ensure's work. The caller holds b.mu.
+func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath string) ([]string, netbackend.Outcome, error) {
 	link, err := b.linkByName(name)
 	if err != nil {
 		return nil, netbackend.Outcome{}, fail(err, "looking up bridge %s of network %s", name, d.Key)

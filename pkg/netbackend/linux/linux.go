@@ -57,6 +57,7 @@ import (
 	"io/fs"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -109,6 +110,16 @@ type Backend struct {
 	// port's index to its key for Watch.
 	ports    map[string]map[int]string
 	portKeys map[int]string
+	// ensuring and settled tell Ensure's own changes from others' in Watch (echo.go).
+	ensuring map[string]int // key -> notifications held back while its Ensure runs
+	settled  map[string]bridgeState
+
+	// watching is set while Watch runs; settleKeys (under settleMu) are the keys endEnsure
+	// hands to its pump, signalled on settleSignal.
+	watching     atomic.Bool
+	settleMu     sync.Mutex
+	settleKeys   []string
+	settleSignal chan struct{}
 
 	// subscribe opens the link and address subscriptions; tests replace it.
 	subscribe func(linkCh chan netlink.LinkUpdate, addrCh chan netlink.AddrUpdate, done <-chan struct{}, onError func(error)) error
@@ -168,6 +179,10 @@ func New(cfg Config) (*Backend, error) {
 		indexes:  map[int]string{},
 		ports:    map[string]map[int]string{},
 		portKeys: map[int]string{},
+		ensuring: map[string]int{},
+		settled:  map[string]bridgeState{},
+
+		settleSignal: make(chan struct{}, 1),
 	}
 	b.subscribe = b.netlinkSubscribe
 	return b, nil

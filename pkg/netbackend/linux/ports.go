@@ -57,6 +57,7 @@ func (b *Backend) forget(key string) {
 		}
 	}
 	b.setPortsLocked(key, nil)
+	delete(b.settled, key)
 }
 
 // setPortsLocked replaces what is remembered of key's ports. knownMu must be held.

@@ -49,6 +49,8 @@ const (
 // called from one goroutine at a time and should not block.
 func (b *Backend) Watch(ctx context.Context, notify func(key string)) error {
 	logger := klog.FromContext(ctx).WithValues("netns", nsDescription(b.cfg.NetNSPath))
+	b.watching.Store(true)
+	defer b.watching.Store(false)
 	if err := b.learn(); err != nil {
 		logger.V(2).Info("Listing links before watching failed; bridges not seen yet are recognised by their alias only", "err", err)
 	}
@@ -149,6 +151,10 @@ func (b *Backend) pump(ctx context.Context, linkCh <-chan netlink.LinkUpdate, ad
 			return
 		case key := <-nftKeys:
 			notify(key)
+		case <-b.settleSignal:
+			for _, key := range b.takeSettleKeys() {
+				notify(key)
+			}
 		case u, ok := <-linkCh:
 			if !ok {
 				return
@@ -160,19 +166,25 @@ func (b *Backend) pump(ctx context.Context, linkCh <-chan netlink.LinkUpdate, ad
 			if !ok {
 				return
 			}
-			if key, ok := b.keyOfIndex(u.LinkIndex); ok {
+			if key, ok := b.keyOfIndex(u.LinkIndex); ok && !b.addrEcho(key, u) {
 				notify(key)
 			}
 		}
 	}
 }
 
-// keysOfLinkUpdate returns the keys a link notification concerns, updating what is known.
+// keysOfLinkUpdate returns the keys a link notification concerns, updating what is known. A
+// notification about a Network's bridge itself that only echoes what Ensure made is left out
+// (echo.go); one that concerns the Network otherwise too (a port, its VXLAN device) is not.
 func (b *Backend) keysOfLinkUpdate(u netlink.LinkUpdate) []string {
 	attrs := u.Link.Attrs()
 	deleted := u.Header.Type == unix.RTM_DELLINK
 	var keys []string
-	add := func(key string) {
+	other := map[string]bool{} // keys concerned other than as the bridge itself
+	add := func(key string, asBridge bool) {
+		if !asBridge {
+			other[key] = true
+		}
 		for _, k := range keys {
 			if k == key {
 				return
@@ -181,34 +193,44 @@ func (b *Backend) keysOfLinkUpdate(u netlink.LinkUpdate) []string {
 		keys = append(keys, key)
 	}
 	if key, ok := KeyOfAlias(attrs.Alias); ok && isOurs(u.Link, key) {
-		add(key)
+		add(key, true)
 		if !deleted {
 			b.remember(key, attrs.Name, attrs.Index)
 		}
 	}
 	if key, ok := isSegmentLink(u.Link); ok {
-		add(key) // our VXLAN device changed or went: Ensure repairs it
+		add(key, false) // our VXLAN device changed or went: Ensure repairs it
 	}
 	b.knownMu.Lock()
+	defer b.knownMu.Unlock()
 	if key, ok := b.names[attrs.Name]; ok {
-		add(key)
+		add(key, attrs.Name == netbackend.BridgeName(key))
 	}
 	if key, ok := b.indexes[attrs.Index]; ok {
-		add(key) // for example our bridge renamed
+		add(key, true) // for example our bridge renamed
 		if deleted || attrs.Name != netbackend.BridgeName(key) {
 			delete(b.indexes, attrs.Index)
 		}
 	}
 	if key, ok := b.indexes[attrs.MasterIndex]; ok && attrs.MasterIndex != 0 && !deleted {
 		if _, segment := isSegmentLink(u.Link); !segment {
-			add(key) // a port attached to our bridge: a pod came
+			add(key, false) // a port attached to our bridge: a pod came
 		}
 	}
 	if key, ok := b.portKeys[attrs.Index]; ok {
-		add(key) // a port of our bridge detached or gone: a pod left, or the bridge was deleted
+		add(key, false) // a port of our bridge detached or gone: a pod left, or the bridge was deleted
 	}
-	b.knownMu.Unlock()
-	return keys
+	out := keys[:0]
+	for _, key := range keys {
+		if s, ok := b.settled[key]; ok && deleted && s.index == attrs.Index {
+			delete(b.settled, key)
+		}
+		if !deleted && !other[key] && b.linkEchoLocked(key, u.Link) {
+			continue
+		}
+		out = append(out, key)
+	}
+	return out
 }
 
 // keyOfIndex returns the key of our bridge with index, asking the kernel when it is not known.

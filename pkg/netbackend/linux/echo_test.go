@@ -1,0 +1,122 @@
+/*
+Copyright The network-apiserver Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package linux
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+)
+
+// fence changes fenceKey's bridge behind the backend's back, once through a link and once
+// through an address notification (the two subscriptions are separate sockets), and returns
+// every key Watch notified until both were seen: everything the kernel announced before the
+// fence has then been through Watch.
+func fence(t *testing.T, e *testEnv, w *watcher, fenceKey string) []string {
+	t.Helper()
+	bridge := e.ns.link(t, netbackend.BridgeName(fenceKey))
+	mtu := bridge.Attrs().MTU - 1
+	if err := e.ns.nl.LinkSetMTU(bridge, mtu); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	deadline := time.After(5 * time.Second)
+	wait := func(what string) {
+		for {
+			select {
+			case k := <-w.keys:
+				if k == fenceKey {
+					return
+				}
+				seen = append(seen, k)
+			case <-deadline:
+				t.Fatalf("fence (%s) not seen within 5s; saw %q", what, seen)
+			}
+		}
+	}
+	wait("MTU")
+	if err := e.ns.nl.AddrAdd(bridge, netlinkAddr(netip.MustParsePrefix("192.0.2.9/24"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("address")
+	e.ensure(netbackend.Desired{Key: fenceKey, Prefix: netip.MustParsePrefix("10.98.0.0/24"), Gateway: netip.MustParseAddr("10.98.0.1")})
+	return seen
+}
+
+// TestWatchLeavesOutEnsureEchoes: the changes Ensure itself makes to a bridge (created, alias,
+// MAC, address, up) do not come back from Watch as a notification of the Network, on a create
+// or a resync, while changes by anyone else after it still do (TestWatchReportsDriftAndEnsureRepairs
+// covers each kind of drift on a settled bridge).
+func TestWatchLeavesOutEnsureEchoes(t *testing.T) {
+	e := newEnv(t)
+	e.ns.disableDAD(t)
+	other := netbackend.Desired{Key: "default/fence", Prefix: netip.MustParsePrefix("10.98.0.0/24"), Gateway: netip.MustParseAddr("10.98.0.1")}
+	e.ensure(other)
+	w := e.startWatch(e.b)
+	defer w.stop(t)
+
+	d := desired4("default/net1")
+	if changes := e.ensure(d); !hasChange(changes, "created bridge") {
+		t.Fatalf("changes %q, want the bridge created", changes)
+	}
+	if seen := fence(t, e, w, other.Key); slices.Contains(seen, d.Key) {
+		t.Errorf("Watch notified %s for Ensure's own changes (notified: %q)", d.Key, seen)
+	}
+	if changes := e.ensure(d); len(changes) != 0 {
+		t.Fatalf("resync changed %q", changes)
+	}
+	if seen := fence(t, e, w, other.Key); slices.Contains(seen, d.Key) {
+		t.Errorf("Watch notified %s after a resync that changed nothing (notified: %q)", d.Key, seen)
+	}
+	// A change by someone else is reported as before.
+	if err := e.ns.nl.LinkSetDown(e.ns.link(t, netbackend.BridgeName(d.Key))); err != nil {
+		t.Fatal(err)
+	}
+	w.expect(t, d.Key, "bridge set down after it settled")
+}
+
+// TestChangeDuringEnsureIsReported: notifications about a bridge are held back while its Ensure
+// runs; if someone else changed the bridge meanwhile, the look at the end of Ensure sees it and
+// the Network is notified.
+func TestChangeDuringEnsureIsReported(t *testing.T) {
+	e := newEnv(t)
+	d := desired4("default/net1")
+	e.ensure(d)
+	w := e.startWatch(e.b)
+	defer w.stop(t)
+
+	e.b.mu.Lock()
+	unlock := sync.OnceFunc(e.b.mu.Unlock) // also when a check below fails
+	defer unlock()
+	e.b.beginEnsure(d.Key)
+	// Someone sets the bridge down while "Ensure" runs; its notification is held back...
+	if err := e.ns.nl.LinkSetDown(e.ns.link(t, netbackend.BridgeName(d.Key))); err != nil {
+		t.Fatal(err)
+	}
+	w.expectNone(t, d.Key, 300*time.Millisecond, "held back while Ensure runs")
+	// ...and Ensure, having set it up before, ends successfully without a change.
+	e.b.endEnsure(d, true, false)
+	unlock()
+	w.expect(t, d.Key, "bridge found down when Ensure ended")
+	if changes := e.ensure(d); !hasChange(changes, "set "+netbackend.BridgeName(d.Key)+" up") {
+		t.Errorf("Ensure after the notification: %q, want the bridge set up", changes)
+	}
+}
