@@ -48,16 +48,13 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 		return fail(err, "looking up bridge %s of network %s", name, key)
 	}
 	if link != nil && isOurs(link, key) {
-		// The kernel holds a bridge's deletion for RCU grace periods (36 ms each on the 2-core
-		// VM of docs/performance.md): on a handle of its own and without b.mu, so that other
-		// Networks' Ensure, Observe and RemoveConfig go on meanwhile, and deletions from
-		// several workers overlap in the kernel. The controller never runs two operations on
-		// one key at once.
+		// Deleted in a batch with other Removes' bridges (groupdelete.go), without b.mu, so
+		// that other Networks' Ensure, Observe and RemoveConfig go on meanwhile. The
+		// controller never runs two operations on one key at once.
 		b.mu.Unlock()
-		netlinkRequests.Inc()
-		err := b.delH.LinkDel(link)
+		err := b.deleteBridge(link)
 		b.mu.Lock()
-		if err != nil && !errors.Is(err, unix.ENODEV) {
+		if err != nil {
 			return fail(err, "deleting bridge %s of network %s", name, key)
 		}
 	}
