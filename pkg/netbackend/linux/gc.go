@@ -40,7 +40,7 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 	// The configuration first: it is what a runtime ADDs with, and it goes at once, while the
 	// kernel takes tens of milliseconds to unregister a bridge. A bridge left by a crash in
 	// between has no Network and no configuration; List reports it and the collection removes it.
-	if _, err := b.removeConfigLocked(key); err != nil {
+	if _, err := b.removeConfig(key); err != nil {
 		return err
 	}
 	link, err := b.linkByName(name)
@@ -85,17 +85,24 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 	return nil
 }
 
-// RemoveConfig implements netbackend.ConfigRemover.
+// RemoveConfig implements netbackend.ConfigRemover. It does not take b.mu: the holders of b.mu
+// wait for the kernel's rtnl lock in their netlink requests, and a batch of bridge deletions
+// holds that lock for up to 32 × 20 ms (groupdelete.go); behind b.mu, the removal of 1000
+// deleted Networks' lists stretched with the bridges' pace (8 s after the last delete with 32
+// workers). It touches only key's file, which it replaces with nothing: a removal racing
+// Remove of key finds the file gone, and one racing Ensure of key (the Network created
+// again) may remove the list Ensure just wrote, as it could under b.mu when it ran just after
+// Ensure; the controller then syncs the Network again (unconfigure.go), which writes it back.
 func (b *Backend) RemoveConfig(_ context.Context, key string) (bool, error) {
 	if key == "" {
 		return false, netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.removeConfigLocked(key)
+	return b.removeConfig(key)
 }
 
-func (b *Backend) removeConfigLocked(key string) (bool, error) {
+// removeConfig removes key's configuration if it is ours. It needs no lock of the
+// backend's (see RemoveConfig); Remove calls it under b.mu.
+func (b *Backend) removeConfig(key string) (bool, error) {
 	_, state, err := readConfig(b.cfg.CNIConfDir, key)
 	if err != nil {
 		return false, fail(err, "reading the CNI configuration of network %s", key)

@@ -291,3 +291,46 @@ func TestGroupDeleteRefused(t *testing.T) {
 		t.Error("the loopback is gone")
 	}
 }
+
+// TestRemoveConfigWithoutLock: RemoveConfig does not wait for the backend's lock, which the
+// backend's netlink requests hold while the kernel deletes a batch of bridges; the Remove after
+// it still deletes the bridge and finds the list gone.
+func TestRemoveConfigWithoutLock(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	k := "unconf/a"
+	e.ensure(desiredN(k, 0))
+	type result struct {
+		removed bool
+		err     error
+	}
+	done := make(chan result, 1)
+	e.b.mu.Lock() // as a request waiting for the rtnl lock holds it
+	go func() {
+		removed, err := e.b.RemoveConfig(ctx, k)
+		done <- result{removed, err}
+	}()
+	select {
+	case r := <-done:
+		e.b.mu.Unlock()
+		if r.err != nil || !r.removed {
+			t.Fatalf("RemoveConfig = %v, %v; want true, nil", r.removed, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		e.b.mu.Unlock()
+		<-done
+		t.Fatal("RemoveConfig waited for the backend's lock")
+	}
+	if files := confFiles(t, e.confDir); len(files) != 0 {
+		t.Errorf("configuration directory after RemoveConfig: %v", files)
+	}
+	if removed, err := e.b.RemoveConfig(ctx, k); err != nil || removed {
+		t.Errorf("RemoveConfig again = %v, %v; want false, nil", removed, err)
+	}
+	if err := e.b.Remove(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if l := e.ns.link(t, netbackend.BridgeName(k)); l != nil {
+		t.Errorf("bridge of %s still there after its Remove", k)
+	}
+}
