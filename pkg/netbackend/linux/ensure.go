@@ -127,6 +127,17 @@ func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath str
 	if err != nil {
 		return nil, netbackend.Outcome{}, fail(err, "looking up bridge %s of network %s", name, d.Key)
 	}
+	var reclaimed []string
+	if link != nil && isOurs(link, d.Key) && link.Attrs().Group == DeleteGroup {
+		// Marked for deletion by a Remove that did not finish (a crash, a failed delete): the
+		// next batch of other Networks' Removes would take it.
+		if link, err = b.reclaimFromDeleteGroup(link); err != nil {
+			return nil, netbackend.Outcome{}, fail(err, "taking bridge %s of network %s out of link group %d, where an unfinished removal left it", name, d.Key, DeleteGroup)
+		}
+		if link != nil {
+			reclaimed = append(reclaimed, fmt.Sprintf("took %s out of link group %d, where an unfinished removal left it", name, DeleteGroup))
+		}
+	}
 	existing, state, err := readConfig(b.cfg.CNIConfDir, d.Key)
 	if err != nil {
 		return nil, netbackend.Outcome{}, fail(err, "reading the CNI configuration of network %s", d.Key)
@@ -177,7 +188,7 @@ func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath str
 		return nil, netbackend.Outcome{}, netbackend.Errorf(netbackend.ReasonBackendError, "%v", err)
 	}
 
-	var changes []string
+	changes := reclaimed
 	if adopt {
 		if err := b.nl().LinkSetAlias(link, Alias(d.Key)); err != nil {
 			return nil, netbackend.Outcome{}, fail(err, "marking bridge %s as network %s's", name, d.Key)

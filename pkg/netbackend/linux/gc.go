@@ -40,7 +40,7 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 	// The configuration first: it is what a runtime ADDs with, and it goes at once, while the
 	// kernel takes tens of milliseconds to unregister a bridge. A bridge left by a crash in
 	// between has no Network and no configuration; List reports it and the collection removes it.
-	if _, err := b.removeConfigLocked(key); err != nil {
+	if _, err := b.removeConfig(key); err != nil {
 		return err
 	}
 	link, err := b.linkByName(name)
@@ -48,16 +48,13 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 		return fail(err, "looking up bridge %s of network %s", name, key)
 	}
 	if link != nil && isOurs(link, key) {
-		// The kernel holds a bridge's deletion for RCU grace periods (36 ms each on the 2-core
-		// VM of docs/performance.md): on a handle of its own and without b.mu, so that other
-		// Networks' Ensure, Observe and RemoveConfig go on meanwhile, and deletions from
-		// several workers overlap in the kernel. The controller never runs two operations on
-		// one key at once.
+		// Deleted in a batch with other Removes' bridges (groupdelete.go), without b.mu, so
+		// that other Networks' Ensure, Observe and RemoveConfig go on meanwhile. The
+		// controller never runs two operations on one key at once.
 		b.mu.Unlock()
-		netlinkRequests.Inc()
-		err := b.delH.LinkDel(link)
+		err := b.deleteBridge(link)
 		b.mu.Lock()
-		if err != nil && !errors.Is(err, unix.ENODEV) {
+		if err != nil {
 			return fail(err, "deleting bridge %s of network %s", name, key)
 		}
 	}
@@ -88,17 +85,24 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 	return nil
 }
 
-// RemoveConfig implements netbackend.ConfigRemover.
+// RemoveConfig implements netbackend.ConfigRemover. It does not take b.mu: the holders of b.mu
+// wait for the kernel's rtnl lock in their netlink requests, and a batch of bridge deletions
+// holds that lock for up to 32 × 20 ms (groupdelete.go); behind b.mu, the removal of 1000
+// deleted Networks' lists stretched with the bridges' pace (8 s after the last delete with 32
+// workers). It touches only key's file, which it replaces with nothing: a removal racing
+// Remove of key finds the file gone, and one racing Ensure of key (the Network created
+// again) may remove the list Ensure just wrote, as it could under b.mu when it ran just after
+// Ensure; the controller then syncs the Network again (unconfigure.go), which writes it back.
 func (b *Backend) RemoveConfig(_ context.Context, key string) (bool, error) {
 	if key == "" {
 		return false, netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.removeConfigLocked(key)
+	return b.removeConfig(key)
 }
 
-func (b *Backend) removeConfigLocked(key string) (bool, error) {
+// removeConfig removes key's configuration if it is ours. It needs no lock of the
+// backend's (see RemoveConfig); Remove calls it under b.mu.
+func (b *Backend) removeConfig(key string) (bool, error) {
 	_, state, err := readConfig(b.cfg.CNIConfDir, key)
 	if err != nil {
 		return false, fail(err, "reading the CNI configuration of network %s", key)

@@ -94,8 +94,11 @@ type Backend struct {
 	h   *netlink.Handle
 	// dumpSock carries the filtered link dumps (dump.go), in the same namespace as h.
 	dumpSock *nl.SocketHandle
-	// delH deletes bridges (Remove) without b.mu, in the same namespace as h.
-	delH *netlink.Handle
+	// delH marks bridges for deletion (Remove) without b.mu, in the same namespace as h;
+	// groupSock carries the group deletes (groupdelete.go).
+	delH      *netlink.Handle
+	groupSock *nl.SocketHandle
+	deleter   *bridgeDeleter
 
 	// mu serialises the requests on h and the writes of Ensure and Remove.
 	mu sync.Mutex
@@ -123,6 +126,8 @@ type Backend struct {
 
 	// subscribe opens the link and address subscriptions; tests replace it.
 	subscribe func(linkCh chan netlink.LinkUpdate, addrCh chan netlink.AddrUpdate, done <-chan struct{}, onError func(error)) error
+	// beforeGroupDelete, when set, is called before each group delete (tests).
+	beforeGroupDelete func()
 	// subscribed, when set, is called after each successful subscription (tests).
 	subscribed func()
 }
@@ -169,18 +174,30 @@ func New(cfg Config) (*Backend, error) {
 		}
 		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
 	}
+	groupSock, err := nl.GetNetlinkSocketAt(ns, netns.None(), unix.NETLINK_ROUTE)
+	if err != nil {
+		h.Close()
+		dumpSock.Close()
+		delH.Close()
+		if ns.IsOpen() {
+			_ = ns.Close()
+		}
+		return nil, fmt.Errorf("linux backend: opening a netlink socket in %s: %w", nsDescription(cfg.NetNSPath), err)
+	}
 	b := &Backend{
-		cfg:      cfg,
-		ns:       ns,
-		h:        h,
-		delH:     delH,
-		dumpSock: dumpSock,
-		names:    map[string]string{},
-		indexes:  map[int]string{},
-		ports:    map[string]map[int]string{},
-		portKeys: map[int]string{},
-		ensuring: map[string]int{},
-		settled:  map[string]bridgeState{},
+		cfg:       cfg,
+		ns:        ns,
+		h:         h,
+		delH:      delH,
+		groupSock: &nl.SocketHandle{Socket: groupSock},
+		deleter:   newBridgeDeleter(),
+		dumpSock:  dumpSock,
+		names:     map[string]string{},
+		indexes:   map[int]string{},
+		ports:     map[string]map[int]string{},
+		portKeys:  map[int]string{},
+		ensuring:  map[string]int{},
+		settled:   map[string]bridgeState{},
 
 		settleSignal: make(chan struct{}, 1),
 	}
@@ -201,6 +218,9 @@ func (b *Backend) Close() error {
 	defer b.mu.Unlock()
 	b.h.Close()
 	b.delH.Close()
+	b.deleter.deleting.Lock() // not under a group delete
+	b.groupSock.Close()
+	b.deleter.deleting.Unlock()
 	b.dumpSock.Close()
 	if b.ns.IsOpen() {
 		return b.ns.Close()

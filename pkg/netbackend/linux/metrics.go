@@ -45,13 +45,20 @@ var (
 		Help:           "Files the linux backend wrote (write: a CNI configuration list replaced) or removed (remove: a configuration list or a Network's lease directory).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind"})
+	deleteBatchSizes = metrics.NewHistogram(&metrics.HistogramOpts{
+		Subsystem:      "network_backend",
+		Name:           "bridge_delete_batch_size",
+		Help:           "Removes served by one group delete of the linux backend's bridges (see DeleteGroup).",
+		Buckets:        []float64{1, 2, 4, 8, 16, 32},
+		StabilityLevel: metrics.ALPHA,
+	})
 	registerMetrics sync.Once
 )
 
 // RegisterMetrics registers the backend's metrics with the legacy registry (once).
 func RegisterMetrics() {
 	registerMetrics.Do(func() {
-		legacyregistry.MustRegister(netlinkRequests, nftablesFlushes, fileWrites)
+		legacyregistry.MustRegister(netlinkRequests, nftablesFlushes, fileWrites, deleteBatchSizes)
 	})
 }
 
