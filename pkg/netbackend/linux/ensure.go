@@ -37,8 +37,9 @@ func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, er
 	if key == "" {
 		return nil, netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	defer b.keys.lock(key)()
 	name := netbackend.BridgeName(key)
 	var actual *netbackend.Actual
 	link, err := b.linkByName(name)
@@ -111,8 +112,9 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 	name := netbackend.BridgeName(d.Key)
 	confPath := ConfPath(b.cfg.CNIConfDir, d.Key)
 
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	defer b.keys.lock(d.Key)()
 	if d.Segment == nil {
 		b.beginEnsure(d.Key)
 	}
@@ -121,7 +123,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 	return changes, outcome, err
 }
 
-// ensureLocked is Ensure's work. The caller holds b.mu.
+// ensureLocked is Ensure's work. The caller holds b.mu and d.Key's lock.
 func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath string) ([]string, netbackend.Outcome, error) {
 	link, err := b.linkByName(name)
 	if err != nil {

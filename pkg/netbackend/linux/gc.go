@@ -35,8 +35,9 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 		return netbackend.Errorf(netbackend.ReasonBackendError, "network key is empty")
 	}
 	name := netbackend.BridgeName(key)
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	defer b.keys.lock(key)()
 	// The configuration first: it is what a runtime ADDs with, and it goes at once, while the
 	// kernel takes tens of milliseconds to unregister a bridge. A bridge left by a crash in
 	// between has no Network and no configuration; List reports it and the collection removes it.
@@ -48,12 +49,11 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 		return fail(err, "looking up bridge %s of network %s", name, key)
 	}
 	if link != nil && isOurs(link, key) {
-		// Deleted in a batch with other Removes' bridges (groupdelete.go), without b.mu, so
-		// that other Networks' Ensure, Observe and RemoveConfig go on meanwhile. The
-		// controller never runs two operations on one key at once.
-		b.mu.Unlock()
+		// Deleted in a batch with other Removes' bridges (groupdelete.go), without b.mu (key's
+		// lock is kept), so that a Close waits for no batch it need not.
+		b.mu.RUnlock()
 		err := b.deleteBridge(link)
-		b.mu.Lock()
+		b.mu.RLock()
 		if err != nil {
 			return fail(err, "deleting bridge %s of network %s", name, key)
 		}
@@ -85,13 +85,13 @@ func (b *Backend) Remove(_ context.Context, key string) error {
 	return nil
 }
 
-// RemoveConfig implements netbackend.ConfigRemover. It does not take b.mu: the holders of b.mu
-// wait for the kernel's rtnl lock in their netlink requests, and a batch of bridge deletions
-// holds that lock for up to 32 × 20 ms (groupdelete.go); behind b.mu, the removal of 1000
-// deleted Networks' lists stretched with the bridges' pace (8 s after the last delete with 32
-// workers). It touches only key's file, which it replaces with nothing: a removal racing
+// RemoveConfig implements netbackend.ConfigRemover. It takes no lock of the backend's, not even
+// key's: Remove holds key's lock while its bridge waits for a batch of deletions, which holds
+// the kernel's rtnl lock for up to 32 × 20 ms (groupdelete.go); behind a backend-wide lock, the
+// removal of 1000 deleted Networks' lists stretched with the bridges' pace (8 s after the last
+// delete with 32 workers). It touches only key's file, which it replaces with nothing: a removal racing
 // Remove of key finds the file gone, and one racing Ensure of key (the Network created
-// again) may remove the list Ensure just wrote, as it could under b.mu when it ran just after
+// again) may remove the list Ensure just wrote, as it could under a lock when it ran just after
 // Ensure; the controller then syncs the Network again (unconfigure.go), which writes it back.
 func (b *Backend) RemoveConfig(_ context.Context, key string) (bool, error) {
 	if key == "" {
@@ -101,7 +101,7 @@ func (b *Backend) RemoveConfig(_ context.Context, key string) (bool, error) {
 }
 
 // removeConfig removes key's configuration if it is ours. It needs no lock of the
-// backend's (see RemoveConfig); Remove calls it under b.mu.
+// backend's (see RemoveConfig); Remove calls it under key's lock.
 func (b *Backend) removeConfig(key string) (bool, error) {
 	_, state, err := readConfig(b.cfg.CNIConfDir, key)
 	if err != nil {
@@ -124,9 +124,9 @@ func (b *Backend) removeConfig(key string) (bool, error) {
 // List implements netbackend.Backend: the keys in the aliases of our bridges (including one
 // left under its staging name) and in our configuration lists, sorted.
 func (b *Backend) List(context.Context) ([]string, error) {
-	b.mu.Lock()
+	b.mu.RLock()
 	links, err := dump(b.nl().LinkList)
-	b.mu.Unlock()
+	b.mu.RUnlock()
 	if err != nil {
 		return nil, fail(err, "listing links")
 	}
@@ -151,14 +151,14 @@ func (b *Backend) List(context.Context) ([]string, error) {
 		b.remember(key, netbackend.BridgeName(key), 0)
 	}
 	keys = append(keys, confKeys...)
-	b.mu.Lock()
+	b.mu.RLock()
 	filterKeys, err := b.filterKeys()
 	if err == nil || nftUnsupported(err) {
 		var sourceKeys []string
 		sourceKeys, err = b.sourceFilterKeys()
 		filterKeys = append(filterKeys, sourceKeys...)
 	}
-	b.mu.Unlock()
+	b.mu.RUnlock()
 	if err != nil && !nftUnsupported(err) {
 		return nil, fail(err, "listing our nftables tables (bridge and inet %s*)", filterTablePrefix)
 	}

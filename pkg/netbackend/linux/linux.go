@@ -100,8 +100,14 @@ type Backend struct {
 	groupSock *nl.SocketHandle
 	deleter   *bridgeDeleter
 
-	// mu serialises the requests on h and the writes of Ensure and Remove.
-	mu sync.Mutex
+	// mu is held for reading by every operation and for writing by Close. Operations on one
+	// Network are serialised by its key's lock (keys); those on different Networks run at
+	// once: the netlink handles and sockets serialise their own requests, and every file,
+	// link and nftables table an operation changes is its Network's own (the server keeps
+	// Networks from overlapping, so no two hold one gateway). The kernel's rtnl lock still
+	// serialises the changes themselves, but not the file writes, reads and dumps around them.
+	mu   sync.RWMutex
+	keys keyLocks
 
 	// known maps what Ensure, Observe, List and Watch saw of ours, so that Watch can tell
 	// whose a deleted or renamed link or an address event was.
@@ -296,4 +302,39 @@ func validate(d netbackend.Desired) error {
 		return netbackend.Errorf(netbackend.ReasonBackendError, "network key %q is too long to record in an interface alias", d.Key)
 	}
 	return d.Validate()
+}
+
+// keyLocks is a lock per Network key, held by one operation on the Network at a time.
+type keyLocks struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	mu    sync.Mutex
+	users int // holders and waiters; the entry goes with the last
+}
+
+// lock locks key and returns its unlock.
+func (k *keyLocks) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
 }

@@ -241,9 +241,9 @@ func (b *Backend) keyOfIndex(index int) (string, bool) {
 	if ok {
 		return key, true
 	}
-	b.mu.Lock()
+	b.mu.RLock()
 	link, err := b.nl().LinkByIndex(index)
-	b.mu.Unlock()
+	b.mu.RUnlock()
 	if err != nil {
 		return "", false // gone already; its deletion is a link notification
 	}
@@ -256,9 +256,9 @@ func (b *Backend) keyOfIndex(index int) (string, bool) {
 
 // learn records our bridges in the namespace, so that Watch maps them from the start.
 func (b *Backend) learn() error {
-	b.mu.Lock()
+	b.mu.RLock()
 	links, err := dump(b.nl().LinkList)
-	b.mu.Unlock()
+	b.mu.RUnlock()
 	if err != nil {
 		return err
 	}
