@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 )
 
@@ -119,4 +121,51 @@ func TestChangeDuringEnsureIsReported(t *testing.T) {
 	if changes := e.ensure(d); !hasChange(changes, "set "+netbackend.BridgeName(d.Key)+" up") {
 		t.Errorf("Ensure after the notification: %q, want the bridge set up", changes)
 	}
+}
+
+// TestLateEchoesLeftOut: Watch reads the notifications of Ensure's changes only after Ensure
+// returned (a busy node: the pump lags behind). The older ones, intermediate states of the bridge
+// among them (created down, without its alias), are still left out: they come before the
+// marker Ensure set at its end.
+func TestLateEchoesLeftOut(t *testing.T) {
+	e := newEnv(t)
+	other := netbackend.Desired{Key: "default/fence", Prefix: netip.MustParsePrefix("10.98.0.0/24"), Gateway: netip.MustParseAddr("10.98.0.1")}
+	e.ensure(other)
+	gate := make(chan struct{})
+	e.b.subscribe = func(linkCh chan netlink.LinkUpdate, addrCh chan netlink.AddrUpdate, done <-chan struct{}, onError func(error)) error {
+		innerLink, innerAddr := make(chan netlink.LinkUpdate, 1024), make(chan netlink.AddrUpdate, 1024)
+		if err := e.b.netlinkSubscribe(innerLink, innerAddr, done, onError); err != nil {
+			return err
+		}
+		go func() {
+			defer close(linkCh)
+			<-gate
+			for u := range innerLink {
+				linkCh <- u
+			}
+		}()
+		go func() {
+			defer close(addrCh)
+			<-gate
+			for u := range innerAddr {
+				addrCh <- u
+			}
+		}()
+		return nil
+	}
+	w := e.startWatch(e.b)
+	defer w.stop(t)
+
+	d := desired4("default/net1")
+	if changes := e.ensure(d); !hasChange(changes, "created bridge") {
+		t.Fatalf("changes %q, want the bridge created", changes)
+	}
+	close(gate) // Watch reads everything now, after Ensure returned
+	if seen := fence(t, e, w, other.Key); slices.Contains(seen, d.Key) {
+		t.Errorf("Watch notified %s for Ensure's own changes read after it returned (notified: %q)", d.Key, seen)
+	}
+	if err := e.ns.nl.LinkSetMTU(e.ns.link(t, netbackend.BridgeName(d.Key)), 1400); err != nil {
+		t.Fatal(err)
+	}
+	w.expect(t, d.Key, "MTU changed after the bridge settled")
 }

@@ -120,7 +120,7 @@ type Backend struct {
 	ports    map[string]map[int]string
 	portKeys map[int]string
 	// ensuring and settled tell Ensure's own changes from others' in Watch (echo.go).
-	ensuring map[string]int // key -> notifications held back while its Ensure runs
+	ensuring map[string]*ensureRecord
 	settled  map[string]bridgeState
 
 	// watching is set while Watch runs; settleKeys (under settleMu) are the keys endEnsure
@@ -202,7 +202,7 @@ func New(cfg Config) (*Backend, error) {
 		indexes:   map[int]string{},
 		ports:     map[string]map[int]string{},
 		portKeys:  map[int]string{},
-		ensuring:  map[string]int{},
+		ensuring:  map[string]*ensureRecord{},
 		settled:   map[string]bridgeState{},
 
 		settleSignal: make(chan struct{}, 1),

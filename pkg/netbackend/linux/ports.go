@@ -58,6 +58,7 @@ func (b *Backend) forget(key string) {
 	}
 	b.setPortsLocked(key, nil)
 	delete(b.settled, key)
+	delete(b.ensuring, key)
 }
 
 // setPortsLocked replaces what is remembered of key's ports. knownMu must be held.

@@ -28,6 +28,9 @@ import (
 )
 
 const (
+	// subscribeBuffer is the receive buffer of the link and address subscriptions.
+	subscribeBuffer = 8 << 20
+
 	resubscribeMin = 100 * time.Millisecond
 	resubscribeMax = 5 * time.Second
 )
@@ -80,8 +83,8 @@ func (b *Backend) Watch(ctx context.Context, notify func(key string)) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		linkCh := make(chan netlink.LinkUpdate, 256)
-		addrCh := make(chan netlink.AddrUpdate, 256)
+		linkCh := make(chan netlink.LinkUpdate, 1024)
+		addrCh := make(chan netlink.AddrUpdate, 1024)
 		done := make(chan struct{})
 		onError := func(err error) { logger.V(2).Info("Netlink subscription error", "err", err) }
 		if err := b.subscribe(linkCh, addrCh, done, onError); err != nil {
@@ -102,6 +105,9 @@ func (b *Backend) Watch(ctx context.Context, notify func(key string)) error {
 			b.subscribed()
 		}
 		if attempt > 0 {
+			b.knownMu.Lock()
+			b.forgetEchoesLocked()
+			b.knownMu.Unlock()
 			for _, key := range b.knownKeys() {
 				notify(key)
 			}
@@ -127,11 +133,22 @@ func (b *Backend) netlinkSubscribe(linkCh chan netlink.LinkUpdate, addrCh chan n
 	if !b.ns.IsOpen() {
 		ns = nil // the process's namespace
 	}
-	err := netlink.LinkSubscribeWithOptions(linkCh, done, netlink.LinkSubscribeOptions{Namespace: ns, ErrorCallback: onError})
+	// A burst of changes (a thousand Networks created at once) overflows the default socket
+	// buffer; the subscription then ends and Watch notifies every key. A larger buffer, forced
+	// past net.core.rmem_max where the process may (CAP_NET_ADMIN), else as large as allowed.
+	force := true
+	err := netlink.LinkSubscribeWithOptions(linkCh, done, netlink.LinkSubscribeOptions{Namespace: ns, ErrorCallback: onError,
+		ReceiveBufferSize: subscribeBuffer, ReceiveBufferForceSize: force})
+	if err != nil {
+		force = false
+		err = netlink.LinkSubscribeWithOptions(linkCh, done, netlink.LinkSubscribeOptions{Namespace: ns, ErrorCallback: onError,
+			ReceiveBufferSize: subscribeBuffer})
+	}
 	if err != nil {
 		return err
 	}
-	err = netlink.AddrSubscribeWithOptions(addrCh, done, netlink.AddrSubscribeOptions{Namespace: ns, ErrorCallback: onError})
+	err = netlink.AddrSubscribeWithOptions(addrCh, done, netlink.AddrSubscribeOptions{Namespace: ns, ErrorCallback: onError,
+		ReceiveBufferSize: subscribeBuffer, ReceiveBufferForceSize: force})
 	if err != nil {
 		// The caller closes done, which closes the link subscription; drain it meanwhile.
 		go func() {
