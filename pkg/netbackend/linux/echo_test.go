@@ -17,6 +17,10 @@ limitations under the License.
 package linux
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
 	"net/netip"
 	"slices"
 	"sync"
@@ -168,4 +172,100 @@ func TestLateEchoesLeftOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.expect(t, d.Key, "MTU changed after the bridge settled")
+}
+
+// TestNoDriftLostAmongEchoes tries to make Watch lose someone else's change among the echoes it
+// leaves out: Ensures of many Networks run at once while another goroutine sets their bridges
+// down, changes their MTU, takes their gateway off or adds a stray address, at random moments
+// (also while an Ensure of the same Network runs). Every notified Network is then ensured again
+// until Watch is quiet; a change that was left out stays on its bridge and fails the test.
+func TestNoDriftLostAmongEchoes(t *testing.T) {
+	e := newEnv(t)
+	e.ns.disableDAD(t)
+	other := netbackend.Desired{Key: "default/fence", Prefix: netip.MustParsePrefix("10.98.0.0/24"), Gateway: netip.MustParseAddr("10.98.0.1")}
+	e.ensure(other)
+	const n = 24
+	desired := make([]netbackend.Desired, n)
+	for i := range desired {
+		desired[i] = netbackend.Desired{Key: fmt.Sprintf("team/n%d", i),
+			Prefix:  netip.MustParsePrefix(fmt.Sprintf("10.96.%d.0/24", i)),
+			Gateway: netip.MustParseAddr(fmt.Sprintf("10.96.%d.1", i))}
+		e.ensure(desired[i])
+	}
+	w := e.startWatch(e.b)
+	defer w.stop(t)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	changes := 0
+	change := func(v, kind int) {
+		d := desired[v]
+		l, err := e.ns.nl.LinkByName(netbackend.BridgeName(d.Key))
+		if err != nil {
+			return
+		}
+		switch kind {
+		case 0:
+			err = e.ns.nl.LinkSetDown(l)
+		case 1:
+			err = e.ns.nl.LinkSetMTU(l, 1300+v)
+		case 2:
+			err = e.ns.nl.AddrDel(l, netlinkAddr(netip.PrefixFrom(d.Gateway, 24)))
+		case 3:
+			err = e.ns.nl.AddrAdd(l, netlinkAddr(netip.MustParsePrefix(fmt.Sprintf("192.0.2.%d/24", 1+v))))
+		}
+		if err == nil {
+			changes++
+		}
+	}
+	// Rounds of Ensures (some Networks, all in the last round) racing changes by someone else;
+	// then changes alone, after the last Ensure of their Network: only Watch can tell of them.
+	const rounds = 30
+	for round := 0; round <= rounds; round++ {
+		var wg sync.WaitGroup
+		for _, d := range desired {
+			if round < rounds && (round == rounds-1 || rng.IntN(2) == 0) {
+				wg.Go(func() { _, _, _ = e.b.Ensure(context.Background(), d) })
+			}
+		}
+		victims, kinds := make([]int, 1+rng.IntN(n/2)), make([]int, 0)
+		for i := range victims {
+			victims[i] = rng.IntN(n)
+			kinds = append(kinds, rng.IntN(4))
+		}
+		wg.Go(func() {
+			for i, v := range victims {
+				change(v, kinds[i])
+			}
+		})
+		wg.Wait()
+	}
+	// The controller's part: ensure every notified Network again until Watch is quiet.
+	for pass := 0; ; pass++ {
+		if pass == 20 {
+			t.Fatal("Watch still notified after 20 passes of ensuring the notified Networks")
+		}
+		seen := fence(t, e, w, other.Key)
+		keys := map[string]bool{}
+		for _, k := range seen {
+			keys[k] = true
+		}
+		if len(keys) == 0 {
+			break
+		}
+		for _, d := range desired {
+			if keys[d.Key] {
+				e.ensure(d)
+			}
+		}
+	}
+	for _, d := range desired {
+		bridge := e.ns.link(t, netbackend.BridgeName(d.Key))
+		a := bridge.Attrs()
+		want := []netip.Prefix{netip.PrefixFrom(d.Gateway, 24)}
+		if got := e.ns.globalAddrs(t, a.Name); a.Flags&net.FlagUp == 0 || a.MTU != 1500 || !slices.Equal(got, want) {
+			t.Errorf("%s: left as someone else changed it (up %v, MTU %d, addresses %v): Watch did not notify it", d.Key, a.Flags&net.FlagUp != 0, a.MTU, got)
+		}
+	}
+	t.Logf("%d changes by someone else, none lost", changes)
 }
