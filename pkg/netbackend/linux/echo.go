@@ -272,8 +272,9 @@ func (b *Backend) addrEcho(key string, u netlink.AddrUpdate) bool {
 	return settled && s.index == u.LinkIndex && s.addrs[p] == u.NewAddr
 }
 
-// forgetEchoesLocked drops what is held back about every key: Watch subscribed again, lost
-// notifications perhaps (markers among them), and notifies every key. knownMu must be held.
+// forgetEchoesLocked drops what waits for a marker that may never come: Watch (re)subscribed,
+// and notifications sent while it was not subscribed are lost (after a failed subscription it
+// notifies every key). knownMu must be held.
 func (b *Backend) forgetEchoesLocked() {
 	for key, rec := range b.ensuring {
 		if rec.done {

@@ -52,7 +52,6 @@ const (
 // called from one goroutine at a time and should not block.
 func (b *Backend) Watch(ctx context.Context, notify func(key string)) error {
 	logger := klog.FromContext(ctx).WithValues("netns", nsDescription(b.cfg.NetNSPath))
-	b.watching.Store(true)
 	defer b.watching.Store(false)
 	if err := b.learn(); err != nil {
 		logger.V(2).Info("Listing links before watching failed; bridges not seen yet are recognised by their alias only", "err", err)
@@ -101,18 +100,22 @@ func (b *Backend) Watch(ctx context.Context, notify func(key string)) error {
 			continue
 		}
 		backoff = resubscribeMin
+		// Ensure sets markers from now on (echo.go); one set before, while nothing was
+		// subscribed, never comes: what waits for it is dropped.
+		b.watching.Store(true)
+		b.knownMu.Lock()
+		b.forgetEchoesLocked()
+		b.knownMu.Unlock()
 		if b.subscribed != nil {
 			b.subscribed()
 		}
 		if attempt > 0 {
-			b.knownMu.Lock()
-			b.forgetEchoesLocked()
-			b.knownMu.Unlock()
 			for _, key := range b.knownKeys() {
 				notify(key)
 			}
 		}
 		b.pump(ctx, linkCh, addrCh, nftKeys, notify)
+		b.watching.Store(false)
 		close(done)
 		// The subscription goroutines end (closing their channel) once their socket is
 		// closed; until then they may be blocked sending to us.
