@@ -269,3 +269,47 @@ func TestNoDriftLostAmongEchoes(t *testing.T) {
 	}
 	t.Logf("%d changes by someone else, none lost", changes)
 }
+
+// TestEnsureWhileWatchSubscribes: an Ensure that ends after Watch started but before its
+// subscriptions are open sets no marker (its notification would never come, and every later
+// notification about the bridge would be held back waiting for it): a change made once Watch is
+// subscribed is reported.
+func TestEnsureWhileWatchSubscribes(t *testing.T) {
+	e := newEnv(t)
+	d := desired4("default/net1")
+	gate, entered := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.b.subscribe = func(linkCh chan netlink.LinkUpdate, addrCh chan netlink.AddrUpdate, done <-chan struct{}, onError func(error)) error {
+		once.Do(func() {
+			close(entered)
+			<-gate
+		})
+		return e.b.netlinkSubscribe(linkCh, addrCh, done, onError)
+	}
+	for len(e.subscribed) > 0 {
+		<-e.subscribed
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &watcher{keys: make(chan string, 4096), cancel: cancel, done: make(chan error, 1)}
+	defer w.stop(t)
+	go func() {
+		w.done <- e.b.Watch(ctx, func(key string) {
+			select {
+			case w.keys <- key:
+			default:
+			}
+		})
+	}()
+	<-entered // Watch runs and is subscribing
+	e.ensure(d)
+	close(gate)
+	select {
+	case <-e.subscribed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Watch did not subscribe within 5s")
+	}
+	if err := e.ns.nl.LinkSetMTU(e.ns.link(t, netbackend.BridgeName(d.Key)), 1400); err != nil {
+		t.Fatal(err)
+	}
+	w.expect(t, d.Key, "MTU changed once Watch was subscribed")
+}
