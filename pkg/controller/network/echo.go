@@ -24,7 +24,7 @@ import (
 )
 
 // The node's own status write comes back as an update of the Network. Reconciling it again
-// costs a full Ensure and Observe under the backend's lock and finds nothing to do: with 1000
+// costs a full Ensure and a look at the leases and finds nothing to do: with 1000
 // Networks created at once it was half of the node's work (two reconciles per Network, the
 // second always in sync). An update is an echo, and is not queued, when it changed nothing but
 // this node's entry and what the server derives from the entries (conditions, capacity,

@@ -51,7 +51,7 @@ func openDumpSocket(ns netns.NsHandle) (*nl.SocketHandle, error) {
 }
 
 // linkAddrs returns the addresses (with their prefix lengths) on the link with index, of
-// family (unix.AF_UNSPEC for both). Callers hold b.mu.
+// family (unix.AF_UNSPEC for both). Callers hold b.mu (for reading).
 func (b *Backend) linkAddrs(index, family int) ([]netip.Prefix, error) {
 	return dump(func() ([]netip.Prefix, error) {
 		netlinkRequests.Inc()
@@ -105,7 +105,7 @@ func addrsOf(msgs [][]byte, index int) []netip.Prefix {
 }
 
 // portLinks returns the links whose master is the link with index master (its ports), and may
-// return others where the kernel does not filter. Callers hold b.mu.
+// return others where the kernel does not filter. Callers hold b.mu (for reading).
 func (b *Backend) portLinks(master int) ([]netlink.Link, error) {
 	return dump(func() ([]netlink.Link, error) {
 		netlinkRequests.Inc()

@@ -123,8 +123,9 @@ type Backend struct {
 	ensuring map[string]*ensureRecord
 	settled  map[string]bridgeState
 
-	// watching is set while Watch runs; settleKeys (under settleMu) are the keys endEnsure
-	// hands to its pump, signalled on settleSignal.
+	// watching is set while Watch's subscriptions are open (Ensure sets markers only then);
+	// settleKeys (under settleMu) are the keys endEnsure hands to its pump, signalled on
+	// settleSignal.
 	watching     atomic.Bool
 	settleMu     sync.Mutex
 	settleKeys   []string
