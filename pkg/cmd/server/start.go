@@ -34,6 +34,7 @@ import (
 	"k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 
+	"github.com/samplecrd/network-apiserver/pkg/apiserver/inprocess"
 	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
 	"github.com/samplecrd/network-apiserver/pkg/embeddedetcd"
 	"github.com/samplecrd/network-apiserver/pkg/standaloneauth"
@@ -130,6 +131,10 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The in-process clients (the controller, the node lifecycle loop) reach the handler over
+	// socket pairs, without TLS; closed after they have stopped (defers run last first).
+	inProcess := inprocess.Serve(server.GenericAPIServer.Handler)
+	defer func() { _ = inProcess.Close() }()
 	if nodes != nil {
 		server.GenericAPIServer.AddPostStartHookOrDie("start-node-informer", func(hook genericapiserver.PostStartHookContext) error {
 			nodes.start(hook)
@@ -154,7 +159,7 @@ func (o *Options) Run(ctx context.Context) error {
 			return err
 		}
 		server.GenericAPIServer.AddPostStartHookOrDie("start-network-controller", func(hook genericapiserver.PostStartHookContext) error {
-			controller.Start(hook, hook.LoopbackClientConfig, core)
+			controller.Start(hook, inProcess.ClientConfig(hook.LoopbackClientConfig), core)
 			return nil
 		})
 		// After the server has stopped (and before the embedded etcd does), wait for the
@@ -164,7 +169,7 @@ func (o *Options) Run(ctx context.Context) error {
 	if nodes != nil && o.NodeLifecycle {
 		loop := newNodeLifecycle(nodes, o.Controller.Lease.Namespace)
 		server.GenericAPIServer.AddPostStartHookOrDie("start-node-lifecycle", func(hook genericapiserver.PostStartHookContext) error {
-			return loop.start(hook, hook.LoopbackClientConfig)
+			return loop.start(hook, inProcess.ClientConfig(hook.LoopbackClientConfig))
 		})
 		defer loop.wait()
 	}
