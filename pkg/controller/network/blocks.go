@@ -25,7 +25,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
@@ -74,15 +73,11 @@ func (v blockView) cidrs() []string {
 // informer's object, or the answer of a claim when that holds more blocks (the informer has not
 // seen the claim yet). nil when the node holds none.
 func (c *Controller) nodeAllocation(n *v1.Network) *v1.BlockAllocation {
+	// By name, not a list of the namespace: that made every reconcile O(BlockAllocations).
 	var found *v1.BlockAllocation
-	objs, err := c.blockLister.BlockAllocations(n.Namespace).List(labels.Everything())
-	if err == nil {
-		for _, o := range objs {
-			if o.Network == n.Name && o.NodeName == c.opts.NodeName && o.NetworkUID == string(n.UID) {
-				found = o
-				break
-			}
-		}
+	o, err := c.blockLister.BlockAllocations(n.Namespace).Get(samplecrd.BlockAllocationName(n.Name, c.opts.NodeName))
+	if err == nil && o.Network == n.Name && o.NodeName == c.opts.NodeName && o.NetworkUID == string(n.UID) {
+		found = o
 	}
 	key := n.Namespace + "/" + n.Name
 	c.claimedMu.Lock()

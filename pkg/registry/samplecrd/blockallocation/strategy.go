@@ -21,15 +21,12 @@ package blockallocation
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
@@ -38,17 +35,8 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
 
-// Name is the name of the BlockAllocation of network on node: "<network>.<node>". Network names
-// are DNS labels, so the first dot splits them. When that is longer than a name may be, the node
-// part is the first 16 hex digits of the node name's SHA-256 (nodeName stays authoritative).
-func Name(network, node string) string {
-	name := network + "." + node
-	if len(name) <= validation.DNS1123SubdomainMaxLength {
-		return name
-	}
-	sum := sha256.Sum256([]byte(node))
-	return network + "." + hex.EncodeToString(sum[:])[:16]
-}
+// Name is the name of the BlockAllocation of network on node (samplecrd.BlockAllocationName).
+func Name(network, node string) string { return samplecrd.BlockAllocationName(network, node) }
 
 // NamePrefix is the prefix of the names of every BlockAllocation of network (and of no other
 // Network: Network names hold no dot).
