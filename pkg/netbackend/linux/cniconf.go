@@ -336,9 +336,16 @@ func listConfigKeys(dir string) ([]string, error) {
 }
 
 // writeFileAtomic replaces path with content: a temporary file in the same directory (with an
-// extension no CNI runtime loads), synced, then renamed over path, and the directory synced.
-// A reader sees the old or the new content, never a part.
-func writeFileAtomic(path string, content []byte) (err error) {
+// extension no CNI runtime loads), synced, then renamed over path. A reader sees the old or the
+// new content, never a part, and after a crash path holds a whole content or none.
+//
+// replacing also syncs the directory after the rename, so that after a crash the old content
+// cannot come back: it may name ranges the node has since given back (a released block), and a
+// runtime reading it after a reboot, before the agent runs, would hand out addresses another
+// node now owns. A configuration written where there was none needs no directory sync: after a
+// crash there is then no file or the whole one, and the node still holds its blocks (they are
+// released only after the file is durably removed), so a new Network costs one fsync, not two.
+func writeFileAtomic(path string, content []byte, replacing bool) (err error) {
 	fileWrites.WithLabelValues("write").Inc()
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -369,6 +376,9 @@ func writeFileAtomic(path string, content []byte) (err error) {
 	}
 	if err = os.Rename(tmp, path); err != nil {
 		return err
+	}
+	if !replacing {
+		return nil
 	}
 	return syncDir(dir)
 }

@@ -139,10 +139,10 @@ func TestWriteFileAtomicAndListConfigKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := ConfPath(dir, d.Key)
-	if err := writeFileAtomic(path, []byte("old")); err != nil {
+	if err := writeFileAtomic(path, []byte("old"), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeFileAtomic(path, content); err != nil {
+	if err := writeFileAtomic(path, content, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustRead(t, path); string(got) != string(content) {

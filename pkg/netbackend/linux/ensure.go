@@ -204,7 +204,8 @@ func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath str
 			return changes, netbackend.Outcome{}, fail(err, "looking up adopted bridge %s", name)
 		}
 	}
-	if link == nil {
+	fresh := link == nil
+	if fresh {
 		var made []string
 		link, made, err = b.createBridge(name, d.Key, mtu, mac)
 		changes = append(changes, made...)
@@ -265,12 +266,12 @@ func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath str
 		}
 		changes = append(changes, fmt.Sprintf("removed CNI configuration %s: the node holds no block of the network", confPath))
 	case conf != nil && !bytes.Equal(existing, conf):
-		if err := writeFileAtomic(confPath, conf); err != nil {
+		if err := writeFileAtomic(confPath, conf, state != confAbsent); err != nil {
 			return changes, netbackend.Outcome{}, fail(err, "writing CNI configuration %s", confPath)
 		}
 		changes = append(changes, fmt.Sprintf("wrote CNI configuration %s", confPath))
 	}
-	portChanges, ports, err := b.ensurePorts(link, d.Key)
+	portChanges, ports, err := b.ensurePorts(link, d.Key, fresh)
 	changes = append(changes, portChanges...)
 	segmentChanges, segmentErr := b.ensureSegment(link, d, mtu, mac)
 	changes = append(changes, segmentChanges...)

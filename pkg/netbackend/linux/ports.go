@@ -159,11 +159,18 @@ func (b *Backend) attachedPorts(link netlink.Link, key string) ([]string, error)
 // name and has no master is made a port again, with hairpin mode as the configuration asks.
 // A remembered port now enslaved elsewhere is ReasonPortsDetached: its pod is cut off. It
 // returns the changes and the names of the bridge's ports afterwards.
-func (b *Backend) ensurePorts(link netlink.Link, key string) ([]string, []string, error) {
+//
+// A bridge this Ensure created (fresh) has no ports yet, so the kernel is not asked for them:
+// the dump walks every link of the namespace, a cost per new Network that grows with the
+// Networks on the node. A port a runtime attaches meanwhile is told by its link notification.
+func (b *Backend) ensurePorts(link netlink.Link, key string, fresh bool) ([]string, []string, error) {
 	name, index := link.Attrs().Name, link.Attrs().Index
-	links, err := b.portLinks(index)
-	if err != nil {
-		return nil, nil, fail(err, "listing the ports of bridge %s", name)
+	var links []netlink.Link
+	if !fresh {
+		var err error
+		if links, err = b.portLinks(index); err != nil {
+			return nil, nil, fail(err, "listing the ports of bridge %s", name)
+		}
 	}
 	current := portsOf(links, index)
 	attached := maps.Clone(current)

@@ -280,7 +280,7 @@ func TestSegmentDevice(t *testing.T) {
 	if err := e.ns.nl.LinkDel(e.ns.link(t, netbackend.BridgeName(d.Key))); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeFileAtomic(ConfPath(e.confDir, d.Key), []byte("{}")); err != nil { // not ours any more
+	if err := writeFileAtomic(ConfPath(e.confDir, d.Key), []byte("{}"), true); err != nil { // not ours any more
 		t.Fatal(err)
 	}
 	if keys, err := e.b.List(ctx); err != nil || !slices.Contains(keys, d.Key) {
