@@ -64,7 +64,14 @@ func TestRepairReattachesPorts(t *testing.T) {
 	if p := e.ns.link(t, "pod1"); p.Attrs().MasterIndex != 0 {
 		t.Fatalf("pod1 still has master %d after the bridge was deleted", p.Attrs().MasterIndex)
 	}
-	changes := e.ensure(d)
+	// The bridge is created afresh (no port dump): its ports come from what was remembered.
+	changes, outcome, err := e.b.Ensure(context.Background(), d)
+	if err != nil {
+		t.Fatalf("repair: %v", err)
+	}
+	if strings.Join(outcome.Ports, ",") != "pod1,pod2" {
+		t.Errorf("repair outcome %+v, want ports pod1,pod2", outcome)
+	}
 	for _, want := range []string{"created bridge " + bridge, "attached port pod1 to " + bridge + " again", "attached port pod2 to " + bridge + " again"} {
 		if !hasChange(changes, want) {
 			t.Errorf("repair changes %q lack %q", changes, want)
@@ -93,7 +100,7 @@ func TestRepairReattachesPorts(t *testing.T) {
 	if err := e.ns.nl.LinkSetMaster(e.ns.link(t, "pod2"), other); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := e.b.Ensure(context.Background(), d)
+	_, _, err = e.b.Ensure(context.Background(), d)
 	if netbackend.ReasonOf(err) != netbackend.ReasonPortsDetached || !strings.Contains(err.Error(), "pod2") {
 		t.Fatalf("Ensure with pod2 on another bridge: %v, want %s naming pod2", err, netbackend.ReasonPortsDetached)
 	}
