@@ -135,6 +135,12 @@ func startStandaloneFrom(t *testing.T, files standaloneFiles, args ...string) *s
 		})
 	}
 	t.Cleanup(s.stop)
+	t.Cleanup(func() {
+		// Runs before the stop: a failed test shows what the server said up to then.
+		if t.Failed() {
+			t.Logf("log of %s (%s), up to the failure:\n%s", binary, s.url, tailN(s.log, 30000))
+		}
+	})
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
 		select {
 		case err := <-exited:
@@ -171,10 +177,13 @@ func (s *standalone) clientset(t *testing.T) versioned.Interface {
 	return client
 }
 
-func tail(b *bytes.Buffer) string {
+func tail(b *bytes.Buffer) string { return tailN(b, 4000) }
+
+// tailN is the last n bytes of b.
+func tailN(b *bytes.Buffer, n int) string {
 	s := b.String()
-	if len(s) > 4000 {
-		s = s[len(s)-4000:]
+	if len(s) > n {
+		s = s[len(s)-n:]
 	}
 	return s
 }
