@@ -17,6 +17,7 @@ limitations under the License.
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -302,11 +303,18 @@ func TestUpgradeMixedReplicas(t *testing.T) {
 	netnstest.RequireRoot(t)
 	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
 	old := oldBinary(t)
-	etcd, err := localcluster.StartEtcd(context.Background(), t.TempDir(), filepath.Join(repoRoot, "_output", "bin"), 1)
+	etcdDir := t.TempDir()
+	etcd, err := localcluster.StartEtcd(context.Background(), etcdDir, filepath.Join(repoRoot, "_output", "bin"), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(etcd.Stop)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(etcdDir, "etcd-0.log"))
+			t.Logf("etcd's log (warnings and worse):\n%s", tailN(bytes.NewBuffer(b), 20000))
+		}
+	})
 	etcdArgs := []string{"--controllers=false", "--etcd-servers", strings.Join(etcd.Endpoints, ","),
 		"--etcd-cafile", etcd.PKI.CAFile, "--etcd-certfile", etcd.Client.Cert, "--etcd-keyfile", etcd.Client.Key}
 	s := startStandaloneFrom(t, standaloneFiles{}, etcdArgs...)
