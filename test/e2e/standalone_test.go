@@ -154,6 +154,22 @@ func startStandaloneFrom(t *testing.T, files standaloneFiles, args ...string) *s
 	if err != nil {
 		t.Fatalf("network-apiserver not ready: %v\n%s", err, tail(s.log))
 	}
+	// Then ready as an operator's probe sees it: /readyz answers ok once every post-start hook
+	// has run and etcd (and the allocator's own etcd client) answer. Its verbose answer, when it
+	// never does, says which check held it back.
+	rc := s.clientset(t).Discovery().RESTClient()
+	var notReady string
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		body, err := rc.Get().AbsPath("/readyz").Param("verbose", "true").Timeout(10 * time.Second).DoRaw(ctx)
+		if err != nil {
+			notReady = fmt.Sprintf("%v\n%s", err, body)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("network-apiserver's /readyz not ok after 90s: %s\n%s", notReady, tail(s.log))
+	}
 	return s
 }
 
