@@ -126,10 +126,14 @@ type Allocator struct {
 	// densely packed prefixes (a /28 next to another at a shorter prefix's start) would pay a
 	// failed transaction on every create.
 	seen revisions
+	// writing are the allocation keys this allocator is writing now: a guard that would guess
+	// one of them waits for its write instead (see guardedWrite).
+	writing inflight
 }
 
 // New returns an allocator storing its keys under root (for example "/registry/samplecrd.k8s.io/allocations").
 func New(client *clientv3.Client, root string) *Allocator {
+	registerMetrics()
 	return &Allocator{client: client, root: strings.TrimSuffix(root, "/")}
 }
 
