@@ -37,6 +37,10 @@ type createResult struct {
 	Latency      dist     `json:"latency"`
 	// CPUMs is each process's CPU milliseconds per created object over the run.
 	CPUMs map[string]float64 `json:"cpuMsPerObject,omitempty"`
+	// LostGuardsPerCreate (ours only) is how many guarded allocation writes lost their guard
+	// per created object (network_allocation_guarded_writes_total{result="lost"}): each one is
+	// a transaction that failed and a read before the next attempt.
+	LostGuardsPerCreate *float64 `json:"lostGuardsPerCreate,omitempty"`
 }
 
 // requestTimeout bounds every single request the bench makes.

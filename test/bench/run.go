@@ -184,9 +184,12 @@ func (b *bench) waitServing(ctx context.Context, be backend, what string) error 
 // creates runs a parallel create of count new objects into ns through be.
 func (b *bench) creates(ctx context.Context, s *side, be backend, ns string, count int, what string) *createResult {
 	step("%s: %s: creating %d objects (%d stored), %d clients", s.name, what, count, s.stored, b.cfg.Clients)
-	before := b.sampleCPU()
+	before, lostBefore := b.sampleCPU(), b.lostGuards(ctx, s)
 	r := createMany(ctx, be, ns, s.next, count, b.cfg.Clients, false)
 	r.CPUMs = perOp(before, b.sampleCPU(), r.Created)
+	if lostAfter := b.lostGuards(ctx, s); lostBefore != nil && lostAfter != nil && r.Created > 0 {
+		r.LostGuardsPerCreate = val((*lostAfter - *lostBefore) / float64(r.Created))
+	}
 	r.StoredBefore = s.stored
 	s.next += count
 	s.stored += r.Created
@@ -195,6 +198,25 @@ func (b *bench) creates(ctx context.Context, s *side, be backend, ns string, cou
 		b.fail("%s: %s: %d of %d creates failed; first errors: %s", s.name, what, r.Errors, count, strings.Join(r.FirstErrs, " | "))
 	}
 	return r
+}
+
+// lostGuards is our server's count of guarded allocation writes that lost their guard; nil for
+// the CRD or when /metrics cannot be read.
+func (b *bench) lostGuards(ctx context.Context, s *side) *float64 {
+	if s != b.ours {
+		return nil
+	}
+	status, body, err := b.ours.direct.endpoint().get(ctx, "/metrics", "")
+	if err != nil || status != http.StatusOK {
+		return nil
+	}
+	var lost float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if name, labels, v, ok := parseSample(line); ok && name == "network_allocation_guarded_writes_total" && labels["result"] == "lost" {
+			lost += v
+		}
+	}
+	return &lost
 }
 
 // machine describes this machine and the servers' versions.
