@@ -137,8 +137,22 @@ func startStandaloneFrom(t *testing.T, files standaloneFiles, args ...string) *s
 	t.Cleanup(s.stop)
 	t.Cleanup(func() {
 		// Runs before the stop: a failed test shows what the server said up to then.
-		if t.Failed() {
-			t.Logf("log of %s (%s), up to the failure:\n%s", binary, s.url, tailN(s.log, 30000))
+		if !t.Failed() {
+			return
+		}
+		t.Logf("log of %s (%s), up to the failure:\n%s", binary, s.url, tailN(s.log, 30000))
+		// What each of its goroutines was doing then, grouped by stack: where a request that
+		// timed out was waiting.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig); err == nil {
+			if c, err := versioned.NewForConfig(cfg); err == nil {
+				body, err := c.Discovery().RESTClient().Get().AbsPath("/debug/pprof/goroutine").Param("debug", "1").DoRaw(ctx)
+				if len(body) > 100000 {
+					body = body[:100000]
+				}
+				t.Logf("goroutines of %s (%s) at the failure (err %v):\n%s", binary, s.url, err, body)
+			}
 		}
 	})
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
