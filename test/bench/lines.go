@@ -36,7 +36,7 @@ func (r *results) buildLines() {
 	}
 	r.createLines(fmt.Sprintf("create %d direct, %d clients", cfg.N, cfg.Clients), o.Create, c.Create, 2.5)
 	r.directCPULines("create direct: CPU per create", createCPU(o.Create), createCPU(c.Create), 2.5)
-	r.addLine("create direct: allocation guards lost per create (each one more transaction and a read)", unitPerNet, lostGuards(o.Create), nil, false, 0)
+	r.oursOnly("create direct: allocation guards lost per create (each one more transaction and a read)", unitPerNet, lostGuards(o.Create))
 
 	n := cfg.N
 	r.listLines(fmt.Sprintf("LIST %d", n), o.Lists["json"], o.Lists["protobuf"], c.Lists["json"], c.Lists["protobuf"], 3, true)
@@ -60,7 +60,7 @@ func (r *results) buildLines() {
 
 	r.createLines(fmt.Sprintf("create %d via aggregator, %d clients", cfg.N/2, cfg.Clients), o.CreateAggregated, c.CreateAggregated, 1.5)
 	r.aggregatedCPULines("create via aggregator: CPU per create", createCPU(o.CreateAggregated), createCPU(c.CreateAggregated))
-	r.addLine("create via aggregator: allocation guards lost per create", unitPerNet, lostGuards(o.CreateAggregated), nil, false, 0)
+	r.oursOnly("create via aggregator: allocation guards lost per create", unitPerNet, lostGuards(o.CreateAggregated))
 	r.aggregatedCPULines(fmt.Sprintf("LIST %d JSON via aggregator: CPU per LIST", n), listCPU(o.Lists["aggregated-json"]), listCPU(c.Lists["aggregated-json"]))
 	r.listLines(fmt.Sprintf("LIST %d via aggregator", n), o.Lists["aggregated-json"], o.Lists["aggregated-protobuf"],
 		c.Lists["aggregated-json"], c.Lists["aggregated-protobuf"], 3, false)
@@ -287,10 +287,7 @@ func (r *results) scaleLines() {
 func (r *results) controllerLines() {
 	c := r.Ours.Controller
 	n := r.Config.ControllerNetworks
-	add := func(name, unit string, v *float64) {
-		l := r.addLine(name, unit, v, nil, false, 0)
-		l.CRDNote = "-"
-	}
+	add := r.oursOnly
 	var get = func(f func(*controllerResult) float64) *float64 {
 		if c == nil {
 			return nil
@@ -323,6 +320,12 @@ func (r *results) controllerLines() {
 			add(fmt.Sprintf("controller: per Network, %s: %s", phase, k.name), unitPerNet, v)
 		}
 	}
+}
+
+// oursOnly adds a row the CRD has no figure for (its CRD column reads "-", not missing).
+func (r *results) oursOnly(name, unit string, v *float64) {
+	l := r.addLine(name, unit, v, nil, false, 0)
+	l.CRDNote = "-"
 }
 
 // lostGuards is a create run's allocation guards lost per create, nil when not measured.
