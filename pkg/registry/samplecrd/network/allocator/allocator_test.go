@@ -505,14 +505,7 @@ func TestGuardedWritesCountLostGuesses(t *testing.T) {
 	t.Cleanup(func() { other.Close() })
 	b := New(other, "/alloc") // another replica: a's guesses know nothing of its writes
 	ctx := context.Background()
-	count := func(result string) float64 {
-		t.Helper()
-		v, err := testutil.GetCounterMetricValue(guardedWrites.WithLabelValues(result))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	count := func(result string) float64 { return guardedWritesCount(t, result) }
 	committed, lost := count("committed"), count("lost")
 	if err := create(ctx, a, "10.1.2.0/28", "first"); err != nil {
 		t.Fatal(err)
@@ -550,13 +543,7 @@ func TestGuardedWritesCountLostGuesses(t *testing.T) {
 func TestNeighboursCreatedAtOnceRarelyLoseGuards(t *testing.T) {
 	a := New(startEtcd(t), "/alloc")
 	ctx := context.Background()
-	lost := func() float64 {
-		v, err := testutil.GetCounterMetricValue(guardedWrites.WithLabelValues("lost"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	lost := func() float64 { return guardedWritesCount(t, "lost") }
 	const creates, writers = 256, 32
 	before := lost()
 	var next atomic.Int64
@@ -587,4 +574,14 @@ func TestNeighboursCreatedAtOnceRarelyLoseGuards(t *testing.T) {
 	if perCreate > 0.25 {
 		t.Fatalf("%.3f guards lost per create; want the allocator to wait for its own writes beside a prefix, not race them", perCreate)
 	}
+}
+
+// guardedWritesCount is the guarded writes counted so far with result.
+func guardedWritesCount(t *testing.T, result string) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(guardedWrites.WithLabelValues(result))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
