@@ -33,6 +33,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
+	"go.etcd.io/etcd/server/v3/proxy/grpcproxy/adapter"
 	"go.uber.org/zap"
 	"k8s.io/klog/v2"
 )
@@ -111,7 +113,13 @@ func (e *Etcd) Stop() {
 }
 
 // InProcessClient returns a client that calls the member directly, without gRPC, loopback TCP
-// or TLS: what the server's own hot path (every create and delete) uses in standalone mode.
+// or TLS: what the server's own hot path (every create and delete) uses in standalone mode. Its
+// KV also serves GetStream (RangeStream), which etcd's own in-process client does not.
 func (e *Etcd) InProcessClient() *clientv3.Client {
-	return v3client.New(e.etcd.Server)
+	c := v3client.New(e.etcd.Server)
+	c.KV = clientv3.NewKVFromKVClient(&streamingKV{
+		KVClient: adapter.KvServerToKvClient(v3rpc.NewQuotaKVServer(e.etcd.Server)),
+		server:   v3rpc.NewQuotaKVServer(e.etcd.Server),
+	}, c)
+	return c
 }

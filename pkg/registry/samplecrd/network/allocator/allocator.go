@@ -34,6 +34,8 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/samplecrd/network-apiserver/pkg/etcdscan"
 )
 
 // maxAttempts bounds the retries of a write whose guard lost a race to a write beside it.
@@ -129,12 +131,14 @@ type Allocator struct {
 	// writing are the allocation keys this allocator is writing now: a guard that would guess
 	// one of them waits for its write instead (see guardedWrite).
 	writing inflight
+	// scanner reads whole ranges (List, Scan).
+	scanner *etcdscan.Scanner
 }
 
 // New returns an allocator storing its keys under root (for example "/registry/samplecrd.k8s.io/allocations").
 func New(client *clientv3.Client, root string) *Allocator {
 	registerMetrics()
-	return &Allocator{client: client, root: strings.TrimSuffix(root, "/")}
+	return &Allocator{client: client, root: strings.TrimSuffix(root, "/"), scanner: etcdscan.New(client)}
 }
 
 // Root is the key prefix of every allocation, ending in "/".

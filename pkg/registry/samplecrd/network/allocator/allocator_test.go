@@ -457,39 +457,48 @@ func TestStaleGuessesNeverLetAnOverlapThrough(t *testing.T) {
 	}
 }
 
-// TestScanPages: Scan and List visit every key once, in order, at one revision, across pages.
+// TestScanPages: Scan and List visit every key once, in order, at one revision, streamed and in
+// pages (etcdscan's fallback).
 func TestScanPages(t *testing.T) {
-	defer func(p int64) { listPage = p }(listPage)
-	listPage = 3
-	ctx := context.Background()
-	c := startEtcd(t)
-	a := New(c, "/reg/allocations")
-	var want []string
-	for i := range 10 {
-		cidr := fmt.Sprintf("10.0.%d.0/24", i)
-		if err := create(ctx, a, cidr, fmt.Sprintf("n%d", i)); err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, a.Key(ClusterScope, netip.MustParsePrefix(cidr)))
-	}
-	stored, rev, err := a.List(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A write after the first read must not show up in a scan at that revision.
-	if err := create(ctx, a, "10.0.200.0/24", "late"); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, s := range stored {
-		got = append(got, s.Key)
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("List in pages of %d: %v, want %v", listPage, got, want)
-	}
-	again, rev2, err := a.List(ctx, rev)
-	if err != nil || rev2 != rev || len(again) != len(want) {
-		t.Fatalf("List at revision %d: %d keys at %d, %v; want %d keys", rev, len(again), rev2, err, len(want))
+	for _, pages := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pages=%v", pages), func(t *testing.T) {
+			ctx := context.Background()
+			c := startEtcd(t)
+			a := New(c, "/reg/allocations")
+			if pages {
+				a.scanner.PagesOnly(3)
+			}
+			var want []string
+			for i := range 10 {
+				cidr := fmt.Sprintf("10.0.%d.0/24", i)
+				if err := create(ctx, a, cidr, fmt.Sprintf("n%d", i)); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, a.Key(ClusterScope, netip.MustParsePrefix(cidr)))
+			}
+			stored, rev, err := a.List(ctx, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A write after the first read must not show up in a scan at that revision.
+			if err := create(ctx, a, "10.0.200.0/24", "late"); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, s := range stored {
+				got = append(got, s.Key)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("List: %v, want %v", got, want)
+			}
+			again, rev2, err := a.List(ctx, rev)
+			if err != nil || rev2 != rev || len(again) != len(want) {
+				t.Fatalf("List at revision %d: %d keys at %d, %v; want %d keys", rev, len(again), rev2, err, len(want))
+			}
+			if a.scanner.Streaming() == pages {
+				t.Fatalf("streaming %v, want %v", a.scanner.Streaming(), !pages)
+			}
+		})
 	}
 }
 
