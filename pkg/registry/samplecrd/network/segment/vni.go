@@ -31,6 +31,8 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/samplecrd/network-apiserver/pkg/etcdscan"
 )
 
 // MaxVNI is the largest VNI VXLAN carries (24 bits).
@@ -82,14 +84,15 @@ var ErrTaken = errors.New("the VNI or the network's VNI key was taken meanwhile"
 
 // VNIs are the VNI keys under one root.
 type VNIs struct {
-	client *clientv3.Client
-	root   string
-	Range  Range
+	client  *clientv3.Client
+	scanner *etcdscan.Scanner
+	root    string
+	Range   Range
 }
 
 // New returns the VNI keys under root (<etcd prefix>/segments), handed out from r.
 func New(client *clientv3.Client, root string, r Range) *VNIs {
-	return &VNIs{client: client, root: strings.TrimSuffix(root, "/"), Range: r}
+	return &VNIs{client: client, scanner: etcdscan.New(client), root: strings.TrimSuffix(root, "/"), Range: r}
 }
 
 // VNIKey is the key of VNI v: eight decimal digits, so that the keys sort as the VNIs do and a
@@ -108,19 +111,15 @@ func (s *VNIs) Candidate(uid string) int32 {
 
 // Pick returns the VNI to try for uid: its candidate on the first attempt; after a conflict, the
 // first VNI from the candidate on (wrapping around) that no key holds now, read a window of keys
-// at a time (a range read: the keys sort as the VNIs do).
+// at a time (a range read: the keys sort as the VNIs do). The range is counted (every VNI key
+// visited) only when a whole window is taken, to tell an exhausted range from a crowded stretch:
+// counting on every conflict made creates O(n) each once many Networks were stored.
 func (s *VNIs) Pick(ctx context.Context, uid string, attempt int) (int32, error) {
 	c := s.Candidate(uid)
 	if attempt == 0 {
 		return c, nil
 	}
-	resp, err := s.client.Get(ctx, s.VNIKey(s.Range.First), clientv3.WithRange(s.VNIKey(s.Range.Last+1)), clientv3.WithCountOnly())
-	if err != nil {
-		return 0, err
-	}
-	if resp.Count >= s.Range.Size() {
-		return 0, &ExhaustedError{Range: s.Range}
-	}
+	counted := false
 	from := c
 	for scanned := int64(0); scanned < s.Range.Size(); {
 		to := min(int64(from)+pickWindow, int64(s.Range.Last)+1) // exclusive
@@ -141,6 +140,16 @@ func (s *VNIs) Pick(ctx context.Context, uid string, attempt int) (int32, error)
 		}
 		if int64(next) < to {
 			return next, nil
+		}
+		if !counted {
+			counted = true
+			resp, err := s.client.Get(ctx, s.VNIKey(s.Range.First), clientv3.WithRange(s.VNIKey(s.Range.Last+1)), clientv3.WithCountOnly())
+			if err != nil {
+				return 0, err
+			}
+			if resp.Count >= s.Range.Size() {
+				return 0, &ExhaustedError{Range: s.Range}
+			}
 		}
 		scanned += to - int64(from)
 		from = int32(to)
@@ -244,18 +253,10 @@ type Stored struct {
 	Corrupt []Key
 }
 
-// List reads the keys at rev (0: now).
+// List reads the keys at rev (0: now), streamed (see etcdscan).
 func (s *VNIs) List(ctx context.Context, rev int64) (Stored, error) {
 	out := Stored{ByVNI: map[int32]Key{}, ByUID: map[string]Key{}}
-	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if rev > 0 {
-		opts = append(opts, clientv3.WithRev(rev))
-	}
-	resp, err := s.client.Get(ctx, s.root+"/", opts...)
-	if err != nil {
-		return out, err
-	}
-	for _, kv := range resp.Kvs {
+	_, err := s.scanner.Scan(ctx, s.root+"/", rev, func(kv *mvccpb.KeyValue) error {
 		k := keyOf(kv)
 		rest := strings.TrimPrefix(k.Key, s.root+"/")
 		switch {
@@ -263,7 +264,7 @@ func (s *VNIs) List(ctx context.Context, rev int64) (Stored, error) {
 			v, err := strconv.ParseInt(strings.TrimPrefix(rest, "vni/"), 10, 32)
 			if err != nil {
 				out.Corrupt = append(out.Corrupt, k)
-				continue
+				return nil
 			}
 			out.ByVNI[int32(v)] = k
 		case strings.HasPrefix(rest, "uid/"):
@@ -271,8 +272,9 @@ func (s *VNIs) List(ctx context.Context, rev int64) (Stored, error) {
 		default:
 			out.Corrupt = append(out.Corrupt, k)
 		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 func keyOf(kv *mvccpb.KeyValue) Key {

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 func TestParseRange(t *testing.T) {
@@ -199,5 +201,53 @@ func TestPickProbesAcrossWindowsAndWraps(t *testing.T) {
 	got, err := s.Pick(ctx, uid, 1)
 	if err != nil || got != want {
 		t.Errorf("Pick = %d, %v; want %d (candidate %d)", got, err, want, cand)
+	}
+}
+
+// TestPickCountsOnlyWhenAWindowIsFull: a conflict at the candidate reads one window of keys; the
+// whole range is counted (a visit of every VNI key, O(Networks)) only once a window is full.
+func TestPickCountsOnlyWhenAWindowIsFull(t *testing.T) {
+	c := startEtcd(t)
+	var counts atomic.Int32
+	counting, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialOptions: []grpc.DialOption{
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if r, ok := req.(*etcdserverpb.RangeRequest); ok && r.CountOnly {
+				counts.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { counting.Close() })
+	ctx := context.Background()
+	s := New(counting, "/seg", Range{First: 10, Last: 10 + 3*pickWindow - 1})
+	uid := "uid-y"
+	cand := s.Candidate(uid)
+	if s.Range.Last-cand < 2*pickWindow {
+		t.Fatalf("candidate %d of %s: pick another uid for this test", cand, s.Range)
+	}
+	if _, err := c.Put(ctx, s.VNIKey(cand), "other"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Pick(ctx, uid, 1); err != nil || got != cand+1 || counts.Load() != 0 {
+		t.Fatalf("Pick = %d, %v with %d counts; want %d with none", got, err, counts.Load(), cand+1)
+	}
+	// A full window from the candidate on: the range is counted once, then the next window read.
+	var ops []clientv3.Op
+	for v := cand; v < cand+pickWindow; v++ {
+		ops = append(ops, clientv3.OpPut(s.VNIKey(v), "other"))
+		if len(ops) == 100 {
+			if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+				t.Fatal(err)
+			}
+			ops = nil
+		}
+	}
+	if _, err := c.Txn(ctx).Then(ops...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Pick(ctx, uid, 1); err != nil || got != cand+pickWindow || counts.Load() != 1 {
+		t.Fatalf("Pick = %d, %v with %d counts; want %d with one", got, err, counts.Load(), cand+pickWindow)
 	}
 }
