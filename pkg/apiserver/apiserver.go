@@ -244,9 +244,15 @@ func (c CompletedConfig) New() (*Server, error) {
 		// theirs at once, not at the next verification.
 		loop := &segment.Loop{VNIs: c.extra.VNIs, Mirror: mirrorVNI(storage.Status, c.extra.VNIs),
 			Guard: networkGuard(c.extra.Allocator, storage.Etcd),
-			Watch: func(ctx context.Context) (watch.Interface, error) {
-				return storage.Network.Watch(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll),
-					&metainternalversion.ListOptions{ResourceVersion: "0", Watch: true})
+			Watch: func(ctx context.Context, rv string) (watch.Interface, error) {
+				opts := &metainternalversion.ListOptions{ResourceVersion: rv, Watch: true, AllowWatchBookmarks: true}
+				if rv == "" {
+					// Every Network from the watch cache as it is, then a bookmark at its revision.
+					initial := true
+					opts.ResourceVersion, opts.SendInitialEvents = "0", &initial
+					opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+				}
+				return storage.Network.Watch(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll), opts)
 			}}
 		generic.AddPostStartHookOrDie("segment-vnis", func(hook genericapiserver.PostStartHookContext) error {
 			go loop.Run(hook)

@@ -24,6 +24,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -51,8 +52,10 @@ type MirrorFunc func(ctx context.Context, namespace, name string, uid types.UID)
 // runs it; two doing the same work race harmlessly (the keys' guard lets one win, the mirror
 // writes the same value).
 type Loop struct {
-	VNIs   *VNIs
-	Watch  func(ctx context.Context) (watch.Interface, error)
+	VNIs *VNIs
+	// Watch watches every Network from resourceVersion; "" asks for the initial events (every
+	// Network stored, as Added) followed by a bookmark at the revision they were read at.
+	Watch  func(ctx context.Context, resourceVersion string) (watch.Interface, error)
 	Guard  GuardFunc
 	Mirror MirrorFunc
 }
@@ -83,10 +86,18 @@ func (l *Loop) Run(ctx context.Context) {
 			queue.Done(it)
 		}
 	}()
+	// rv is where a closed watch resumes: "" (every Network again) until the bookmark that ends
+	// the initial events, then the revision of the last event. Starting over on every close made
+	// each closed watch replay the whole collection, and at a million Networks under creates the
+	// replay took long enough for the watch cache to close the watch again.
+	rv := ""
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		w, err := l.Watch(ctx)
+		w, err := l.Watch(ctx, rv)
 		if err != nil {
-			klog.ErrorS(err, "Watching networks for their VNIs")
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				rv = ""
+			}
+			klog.ErrorS(err, "Watching networks for their VNIs", "resourceVersion", rv)
 			return
 		}
 		defer w.Stop()
@@ -102,8 +113,27 @@ func (l *Loop) Run(ctx context.Context) {
 				if cached, ok := obj.(interface{ GetObject() runtime.Object }); ok {
 					obj = cached.GetObject() // the watch cache's wrapper
 				}
+				switch ev.Type {
+				case watch.Error:
+					if err := apierrors.FromObject(obj); apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+						rv = "" // too old to resume: every Network again
+					}
+					klog.ErrorS(apierrors.FromObject(obj), "Watching networks for their VNIs", "resourceVersion", rv)
+					return
+				case watch.Bookmark:
+					if m, err := meta.Accessor(obj); err == nil && m.GetResourceVersion() != "" {
+						rv = m.GetResourceVersion()
+					}
+					continue
+				}
 				n, isNetwork := obj.(*samplecrd.Network)
-				if isNetwork && (ev.Type == watch.Added || ev.Type == watch.Modified) && n.Status.VNI == 0 && n.UID != "" {
+				if !isNetwork {
+					continue
+				}
+				if rv != "" {
+					rv = n.ResourceVersion
+				}
+				if (ev.Type == watch.Added || ev.Type == watch.Modified) && n.Status.VNI == 0 && n.UID != "" {
 					queue.Add(loopItem{namespace: n.Namespace, name: n.Name, uid: n.UID})
 				}
 			}
