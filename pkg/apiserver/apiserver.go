@@ -194,7 +194,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	// Creates and deletes keep the allocations exactly the stored Networks, so readiness does not
 	// wait for the repair; it reports (and where safe fixes) what data written around the API, or
 	// by older versions of this server, broke.
-	verifier := repair.New(c.extra.Allocator, c.extra.Scoping, storage.Etcd.KeyPrefix(), storage.Etcd.Decode)
+	verifier := repair.New(c.extra.Allocator, c.extra.Scoping, storage.Etcd.KeyPrefix(), storage.Etcd.DecodeForVerify)
 	if blockAllocations != nil {
 		// The blocks too: keys against BlockAllocations, gateways, Networks that are gone.
 		verifier.WithBlocks(c.extra.Blocks, blockAllocations.Etcd.KeyPrefix(),
