@@ -140,13 +140,26 @@ func (r *Repair) checkBlocks(ctx context.Context, v *Verification, keys []alloca
 	for _, n := range networks {
 		byUID[string(n.network.UID)] = n
 	}
+	// The keys are in key order, so each scope's keys are one run of them: keysByUID holds the
+	// runs, not copies (at a million Networks, a million small slices fewer).
 	keysByUID := map[string][]allocator.Stored{}
-	for _, k := range keys {
-		if _, ok := byUID[k.Scope]; !ok {
-			remove(ViolationBlockNetworkGone, k.Key, k.ModRevision, "block key %s (%s) belongs to network uid %s, which is gone", k.Key, describe(k), k.Scope)
+	for i := 0; i < len(keys); {
+		j := i + 1
+		for j < len(keys) && keys[j].Scope == keys[i].Scope {
+			j++
+		}
+		run := keys[i:j:j]
+		i = j
+		if _, ok := byUID[run[0].Scope]; !ok {
+			for _, k := range run {
+				remove(ViolationBlockNetworkGone, k.Key, k.ModRevision, "block key %s (%s) belongs to network uid %s, which is gone", k.Key, describe(k), k.Scope)
+			}
 			continue
 		}
-		keysByUID[k.Scope] = append(keysByUID[k.Scope], k)
+		if prev, ok := keysByUID[run[0].Scope]; ok {
+			run = append(prev, run...) // not expected: a scope's keys are contiguous
+		}
+		keysByUID[run[0].Scope] = run
 	}
 	objectsByUID := map[string][]etcdBlockAllocation{}
 	for _, o := range objects {
@@ -166,7 +179,7 @@ func (r *Repair) checkBlocks(ctx context.Context, v *Verification, keys []alloca
 func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []allocator.Stored, objects []etcdBlockAllocation,
 	report func(kind string, fixed bool, format string, args ...any), remove func(kind, key string, modRevision int64, format string, args ...any)) {
 	n := sn.network
-	name := fmt.Sprintf("%s/%s", n.Namespace, n.Name)
+	name := lazyName{n}
 	gateway, hasGateway := allocator.GatewayOf(n)
 	prefix, err := netip.ParsePrefix(n.Spec.CIDR)
 	if err != nil || prefix.Masked() != prefix {
@@ -293,3 +306,8 @@ func unchanged(guards ...revisionGuard) ([]clientv3.Cmp, []clientv3.Op, func([]*
 		return nil
 	}
 }
+
+// lazyName prints a Network's namespace/name when a report is formatted, not before.
+type lazyName struct{ n *samplecrd.Network }
+
+func (l lazyName) String() string { return l.n.Namespace + "/" + l.n.Name }

@@ -42,9 +42,16 @@ var (
 		Help:           "Verifications of the allocation invariant, by result (ok, violations, error).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	verificationSeconds = metrics.NewHistogram(&metrics.HistogramOpts{
+		Subsystem:      "network_allocation",
+		Name:           "verification_duration_seconds",
+		Help:           "How long one verification of the allocation invariant took, reads, checks, fixes and its pauses included.",
+		Buckets:        []float64{0.01, 0.1, 1, 5, 15, 30, 60, 120, 240, 480},
+		StabilityLevel: metrics.ALPHA,
+	})
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
-	registerOnce.Do(func() { legacyregistry.MustRegister(violations, repairs, verifications) })
+	registerOnce.Do(func() { legacyregistry.MustRegister(violations, repairs, verifications, verificationSeconds) })
 }

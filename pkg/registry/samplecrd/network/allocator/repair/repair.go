@@ -34,6 +34,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/etcdscan"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 )
@@ -62,10 +63,21 @@ func New(alloc allocator.RepairInterface, scoping allocator.Scoping, networksPre
 	return &Repair{allocator: alloc, scoping: scoping, networksPrefix: networksPrefix, decode: decode}
 }
 
-// Run verifies every interval until ctx is done, starting now.
+// Pacing of the periodic verification: its scans work at most paceDuty of the wall time (they
+// pause in between), for at most a quarter of the interval and maxPaced; after that they run
+// unpaced. A verification reads at one etcd revision, and etcd's compaction (every 5 minutes by
+// default) must not overtake it.
+const (
+	paceDuty = 0.25
+	maxPaced = 2 * time.Minute
+)
+
+// Run verifies every interval until ctx is done, starting now; each verification paces its
+// scans, so that at a million Networks it does not hold a core for its whole length.
 func (r *Repair) Run(ctx context.Context, interval time.Duration) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		if _, err := r.Verify(ctx); err != nil {
+		pacer := etcdscan.NewPacer(paceDuty, time.Now().Add(min(interval/4, maxPaced)))
+		if _, err := r.Verify(etcdscan.WithPacer(ctx, pacer)); err != nil {
 			klog.ErrorS(err, "Verifying network allocations failed")
 		}
 	}, interval)
@@ -131,7 +143,10 @@ type etcdNetwork struct {
 // concurrent create or delete is never undone. Overlapping Networks are only reported.
 func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 	registerMetrics()
+	start := time.Now()
 	v, err := r.verify(ctx)
+	took := time.Since(start)
+	verificationSeconds.Observe(took.Seconds())
 	result := "ok"
 	switch {
 	case err != nil:
@@ -149,6 +164,11 @@ func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 	for _, x := range v.Violations {
 		klog.ErrorS(nil, "Network allocation invariant violated", "kind", x.Kind, "detail", x.Detail, "fixed", x.Fixed, "revision", v.Revision)
 	}
+	var paused time.Duration
+	if p := etcdscan.PacerFrom(ctx); p != nil {
+		paused = p.Paused
+	}
+	klog.InfoS("Verified the network allocations", "networks", v.Networks, "revision", v.Revision, "violations", len(v.Violations), "took", took, "paused", paused)
 	return v, nil
 }
 
@@ -289,16 +309,20 @@ func overlappingPairs(scoping allocator.Scoping, networks []etcdNetwork) [][2]st
 	type entry struct {
 		scope  string
 		prefix netip.Prefix
-		name   string
+		index  int // into networks: names are formatted only for the pairs found
 	}
-	var entries []entry
-	for _, sn := range networks {
+	entries := make([]entry, 0, len(networks))
+	for i, sn := range networks {
 		al, _ := scoping.AllocationOf(sn.network)
-		entries = append(entries, entry{al.Scope, al.Prefix, fmt.Sprintf("%s (%s, uid %s)", al.Owner, al.Prefix, al.Owner.UID)})
+		entries = append(entries, entry{al.Scope, al.Prefix, i})
 	}
 	slices.SortFunc(entries, func(x, y entry) int {
 		return cmp.Or(cmp.Compare(x.scope, y.scope), x.prefix.Addr().Compare(y.prefix.Addr()), cmp.Compare(x.prefix.Bits(), y.prefix.Bits()))
 	})
+	name := func(e entry) string {
+		al, _ := scoping.AllocationOf(networks[e.index].network)
+		return fmt.Sprintf("%s (%s, uid %s)", al.Owner, al.Prefix, al.Owner.UID)
+	}
 	var pairs [][2]string
 	var open []entry
 	for _, e := range entries {
@@ -306,7 +330,7 @@ func overlappingPairs(scoping allocator.Scoping, networks []etcdNetwork) [][2]st
 			return o.scope != e.scope || o.prefix.Addr().Is4() != e.prefix.Addr().Is4() || !o.prefix.Contains(e.prefix.Addr())
 		})
 		for _, o := range open {
-			pairs = append(pairs, [2]string{o.name, e.name})
+			pairs = append(pairs, [2]string{name(o), name(e)})
 		}
 		open = append(open, e)
 	}
