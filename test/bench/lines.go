@@ -279,6 +279,15 @@ func (r *results) scaleLines() {
 		}
 		return s.PagedList.MedianMs
 	})
+	if o != nil {
+		var vsec, vcpu, vshare *float64
+		if v := o.Verifier; v != nil {
+			vsec, vcpu, vshare = val(v.Seconds*1000), val(v.CPUSeconds*1000), val(v.ShareOfCoreAtDefault)
+		}
+		r.oursOnly(name+": allocation verification, wall (paced)", unitMs, vsec)
+		r.oursOnly(name+": allocation verification, server CPU", unitCPU, vcpu)
+		r.oursOnly(name+": allocation verification, cores averaged over its 10 min interval (target ≤ 0.05)", unitCores, vshare)
+	}
 	line("restart: SIGTERM → exit", unitMs, false, 0, func(s *scaleResult) float64 { return s.RestartStopMs })
 	line("restart → /readyz", unitMs, false, 0, func(s *scaleResult) float64 { return s.RestartReadyMs })
 }

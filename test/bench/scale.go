@@ -78,6 +78,8 @@ type scaleResult struct {
 	// PagedList walks all namespaces in pages of pageLimit, JSON on both sides.
 	PagedList   *listResult `json:"pagedList"`
 	SyncSeconds float64     `json:"informerSyncSeconds"`
+	// Verifier is one periodic verification of ours with the side filled.
+	Verifier *verifierResult `json:"verifier,omitempty"`
 	// RestartReadyMs runs from the server's start to /readyz 200 (ours: with its embedded etcd;
 	// the CRD: kube-apiserver alone, etcd stays up).
 	RestartReadyMs float64 `json:"restartReadyMs"`
@@ -128,7 +130,8 @@ func (b *bench) scaleOurs(ctx context.Context, root string, target int, budget i
 	cl := &cluster{&localcluster.Cluster{Root: root, State: dir, NetworkPort: ports[0]}}
 	data := filepath.Join(dir, "data")
 	args := []string{filepath.Join(root, "_output", "bin", "network-apiserver"), "--data-dir", data,
-		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[0]), "--controllers=false"}
+		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[0]), "--controllers=false",
+		"--allocation-verify-interval", scaleVerifyInterval.String()}
 	if err := os.WriteFile(cl.Path("network-apiserver.args"), []byte(strings.Join(args, "\n")+"\n"), 0o644); err != nil {
 		return nil, err
 	}
@@ -171,7 +174,7 @@ func (b *bench) scaleOurs(ctx context.Context, root string, target int, budget i
 		return res, err
 	}
 	certs := filepath.Join(data, "etcd-certs")
-	sc := &scaleSide{name: "ours", cl: cl, be: be, processes: res.Processes,
+	sc := &scaleSide{name: "ours", cl: cl, be: be, processes: res.Processes, verifies: true,
 		db: filepath.Join(data, "etcd", "member", "snap", "db"),
 		etcd: etcdAccess{url: strings.TrimSpace(string(endpoint)), ca: filepath.Join(certs, "ca.crt"),
 			cert: filepath.Join(certs, "client.crt"), key: filepath.Join(certs, "client.key")}}
@@ -232,6 +235,7 @@ type scaleSide struct {
 	cl        *cluster
 	be        backend
 	processes []string // the first is the server, restarted at the end
+	verifies  bool     // the server verifies its allocations (ours)
 	db        string
 	etcd      etcdAccess
 }
@@ -385,6 +389,19 @@ func (b *bench) scaleMeasure(ctx context.Context, s *scaleSide, res *scaleResult
 	step("%s: informer synced in %.1f s", s.name, res.SyncSeconds)
 
 	server := s.processes[0]
+	if s.verifies {
+		step("%s: waiting for a verification of the allocations (every %s here)", s.name, scaleVerifyInterval)
+		pid, err := s.cl.PID(server)
+		if err != nil {
+			return err
+		}
+		if res.Verifier, err = measureVerification(ctx, pid, s.cl.Path(server+".log")); err != nil {
+			return fmt.Errorf("verifier: %w", err)
+		}
+		v := res.Verifier
+		step("%s: a verification of %d Networks took %.1f s (%.1f s of it paused), %.1f s of CPU: %.2f%% of a core at the default interval",
+			s.name, v.Networks, v.Seconds, v.PausedSeconds, v.CPUSeconds, 100*v.ShareOfCoreAtDefault)
+	}
 	step("%s: restarting %s with %d stored", s.name, server, res.Stored)
 	stopping := time.Now()
 	if err := s.cl.Stop(ctx, server); err != nil {
