@@ -20,49 +20,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"testing"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
-	"go.uber.org/zap"
+
+	"github.com/samplecrd/network-apiserver/test/etcdtest"
 )
 
-func startEtcd(t *testing.T) *embed.Etcd {
-	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	u := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{u}, []url.URL{u}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{u}, []url.URL{u}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(time.Minute):
-		t.Fatal("etcd not ready")
-	}
-	return e
-}
+func startEtcd(t *testing.T) *embed.Etcd { return etcdtest.Start(t) }
 
-func grpcClient(t *testing.T, e *embed.Etcd) *clientv3.Client {
-	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Clients[0].Addr().String()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
+func grpcClient(t *testing.T, e *embed.Etcd) *clientv3.Client { return etcdtest.Client(t, e) }
 
 const keys = 500
 

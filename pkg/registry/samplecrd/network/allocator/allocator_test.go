@@ -21,45 +21,18 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/samplecrd/network-apiserver/test/etcdtest"
 )
 
 // startEtcd runs a real one-member etcd on a free loopback port for the test.
-func startEtcd(t *testing.T) *clientv3.Client {
-	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Dir = t.TempDir()
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	u := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{u}, []url.URL{u}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{u}, []url.URL{u}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(time.Minute):
-		t.Fatal("etcd not ready")
-	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Clients[0].Addr().String()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
+func startEtcd(t *testing.T) *clientv3.Client { return etcdtest.StartClient(t) }
 
 func owner(name string) Owner { return Owner{Namespace: "ns", Name: name, UID: "uid-" + name} }
 
