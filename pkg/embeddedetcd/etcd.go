@@ -117,9 +117,7 @@ func (e *Etcd) Stop() {
 // KV also serves GetStream (RangeStream), which etcd's own in-process client does not.
 func (e *Etcd) InProcessClient() *clientv3.Client {
 	c := v3client.New(e.etcd.Server)
-	c.KV = clientv3.NewKVFromKVClient(&streamingKV{
-		KVClient: adapter.KvServerToKvClient(v3rpc.NewQuotaKVServer(e.etcd.Server)),
-		server:   v3rpc.NewQuotaKVServer(e.etcd.Server),
-	}, c)
+	kvs := v3rpc.NewQuotaKVServer(e.etcd.Server)
+	c.KV = clientv3.NewKVFromKVClient(&streamingKV{KVClient: adapter.KvServerToKvClient(kvs), server: kvs}, c)
 	return c
 }

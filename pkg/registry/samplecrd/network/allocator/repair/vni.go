@@ -138,7 +138,7 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 		if uid == "" {
 			continue
 		}
-		name := func() string { return n.Namespace + "/" + n.Name }
+		name := lazyName{n}
 		var vni int32
 		k, ok := stored.ByUID[uid]
 		if ok {
@@ -154,11 +154,11 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 				}
 				_, rerr := remove(k.Key, k.ModRevision)
 				if rerr != nil {
-					report(ViolationVNIDuplicate, false, "network %s (uid %s) has VNI %s, whose key names %s%s", name(), uid, k.Value, other, outcome(rerr))
+					report(ViolationVNIDuplicate, false, "network %s (uid %s) has VNI %s, whose key names %s%s", name, uid, k.Value, other, outcome(rerr))
 					continue
 				}
 				ok = false
-				report(ViolationVNIDuplicate, true, "network %s (uid %s) had VNI %s, whose key names %s: its key was removed", name(), uid, k.Value, other)
+				report(ViolationVNIDuplicate, true, "network %s (uid %s) had VNI %s, whose key names %s: its key was removed", name, uid, k.Value, other)
 			}
 		}
 		if !ok {
@@ -174,14 +174,14 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 				vni = got
 				repairs.WithLabelValues("restored").Inc()
 			}
-			report(ViolationVNIMissing, err == nil, "network %s (uid %s) has no VNI key%s", name(), uid, outcome(err))
+			report(ViolationVNIMissing, err == nil, "network %s (uid %s) has no VNI key%s", name, uid, outcome(err))
 			if err != nil {
 				continue
 			}
 		}
 		if n.Status.VNI != vni && r.vnis.mirror != nil {
 			err := r.vnis.mirror(ctx, n.Namespace, n.Name, n.UID)
-			report(ViolationVNIStatus, err == nil, "network %s (uid %s) has status.vni %d, its key VNI %d%s", name(), uid, n.Status.VNI, vni, outcome(err))
+			report(ViolationVNIStatus, err == nil, "network %s (uid %s) has status.vni %d, its key VNI %d%s", name, uid, n.Status.VNI, vni, outcome(err))
 		}
 	}
 }
