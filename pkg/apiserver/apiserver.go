@@ -125,7 +125,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("creating network storage: no allocator")
 	}
 	allocations := &networkstorage.Allocations{Allocator: c.extra.Allocator, Scoping: c.extra.Scoping, Pools: c.extra.Pools,
-		VNIs: c.extra.VNIs}
+		VNIs: c.extra.VNIs, Pages: c.extra.Allocator.Scanner()}
 	var blockAllocations *blockstorage.REST
 	if c.extra.Blocks != nil {
 		if blockAllocations, err = blockstorage.NewREST(Scheme, c.generic.RESTOptionsGetter); err != nil {

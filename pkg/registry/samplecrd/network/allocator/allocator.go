@@ -141,6 +141,9 @@ func New(client *clientv3.Client, root string) *Allocator {
 	return &Allocator{client: client, root: strings.TrimSuffix(root, "/"), scanner: etcdscan.New(client)}
 }
 
+// Scanner reads whole ranges and pages of this allocator's etcd.
+func (a *Allocator) Scanner() *etcdscan.Scanner { return a.scanner }
+
 // Root is the key prefix of every allocation, ending in "/".
 func (a *Allocator) Root() string { return a.root + "/" }
 

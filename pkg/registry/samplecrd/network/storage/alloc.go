@@ -28,6 +28,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/etcdscan"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 )
@@ -53,6 +54,9 @@ type Allocations struct {
 	// VNIs are the Networks' VNI keys (nil: no VNIs): a create assigns its Network a VNI in its
 	// own transaction (status.vni), a delete removes the keys in its own.
 	VNIs *segment.VNIs
+	// Pages, when set, reads the continue pages of paged lists of Networks from etcd without the
+	// count a unary Range pays (nil: the generic storage reads them).
+	Pages *etcdscan.Scanner
 }
 
 // maxCreateAttempts bounds how often a create runs again after a concurrent create took first

@@ -35,6 +35,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/etcdscan"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 )
@@ -57,6 +58,8 @@ type allocatingStore struct {
 	// vnis, when set, are the VNI keys: a create assigns the Network its VNI in its own
 	// transaction, a delete removes its keys in its own.
 	vnis *segment.VNIs
+	// pages, when set, reads the continue pages of paged lists (see servesContinue).
+	pages *etcdscan.Scanner
 }
 
 // errCreateInstead stops an update that turned out to be a create (server-side apply of a new
@@ -91,7 +94,8 @@ func (g allocatingOptions) GetRESTOptions(resource schema.GroupResource, example
 		codec := newEtcdCodec(config, resourcePrefix)
 		g.built(codec)
 		return &allocatingStore{Interface: inner, allocator: g.allocations.Allocator, scoping: g.allocations.Scoping, etcd: codec,
-			blocks: g.allocations.Blocks, blockObjects: g.allocations.BlockObjects, vnis: g.allocations.VNIs}, destroy, nil
+			blocks: g.allocations.Blocks, blockObjects: g.allocations.BlockObjects, vnis: g.allocations.VNIs,
+			pages: g.allocations.Pages}, destroy, nil
 	}
 	return opts, nil
 }
@@ -263,7 +267,11 @@ func (s *allocatingStore) Get(ctx context.Context, key string, opts storage.GetO
 	return storageError(s.Interface.Get(ctx, key, opts, objPtr))
 }
 
-// GetList lists through the generic storage; an unreachable etcd is a 503, not a 500.
+// GetList reads continue pages itself (servesContinue), other lists through the generic storage;
+// an unreachable etcd is a 503, not a 500.
 func (s *allocatingStore) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	if s.servesContinue(opts) {
+		return storageError(s.continueList(ctx, key, opts, listObj))
+	}
 	return storageError(s.Interface.GetList(ctx, key, opts, listObj))
 }
