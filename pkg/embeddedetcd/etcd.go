@@ -89,21 +89,40 @@ func Start(ctx context.Context, dir string, port int) (*Etcd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting embedded etcd in %s: %w", cfg.Dir, err)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
+	if err := waitReady(ctx, e.Server.ReadyNotify(), e.Err(), startProgressEvery, func(waited time.Duration) {
+		klog.InfoS("Embedded etcd is still starting (it rebuilds its index of every key it holds)", "dataDir", cfg.Dir, "waited", waited.Round(time.Second))
+	}); err != nil {
 		e.Close()
-		return nil, fmt.Errorf("embedded etcd failed: %w", err)
-	case <-time.After(time.Minute):
-		e.Close()
-		return nil, fmt.Errorf("embedded etcd in %s was not ready within a minute", cfg.Dir)
-	case <-ctx.Done():
-		e.Close()
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("embedded etcd in %s: %w", cfg.Dir, err)
 	}
 	endpoint := "https://" + e.Clients[0].Addr().String()
 	klog.InfoS("Embedded etcd is serving", "endpoint", endpoint, "dataDir", cfg.Dir, "clientCert", pki.CertFile)
 	return &Etcd{etcd: e, logLevel: level, Endpoint: endpoint, PKI: pki}, nil
+}
+
+// startProgressEvery is how often Start logs that the member is still starting.
+const startProgressEvery = 10 * time.Second
+
+// waitReady waits until ready is closed, the member fails (errc) or ctx is done, and calls
+// progress every so often while it waits. There is no deadline of its own: a member rebuilds its
+// index of every key when it starts, which takes about 40 s for a million Networks (five keys
+// each) on two cores, and a deadline would keep a large server from ever starting again.
+func waitReady(ctx context.Context, ready <-chan struct{}, errc <-chan error, every time.Duration, progress func(time.Duration)) error {
+	start := time.Now()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ready:
+			return nil
+		case err := <-errc:
+			return fmt.Errorf("failed while starting: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			progress(time.Since(start))
+		}
+	}
 }
 
 // Stop stops the member and waits until its data is flushed.
