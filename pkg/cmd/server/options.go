@@ -140,8 +140,9 @@ func NewOptions(out io.Writer) *Options {
 	// Cache snapshots answer paged LISTs and LISTs at an older resourceVersion from the watch
 	// cache, but every write keeps a copy-on-write B-tree snapshot while its event is in the
 	// watch history. In make bench they doubled our live heap per Network (3225 B instead of
-	// 1651 B at 20,000); without them paged LISTs read etcd and take 130 ms instead of 98 ms for
-	// 5000 Networks, still well ahead of a CRD (docs/performance.md).
+	// 1651 B at 20,000). Without them the first page of a paged LIST still comes from the watch
+	// cache and the Network storage reads continue pages from etcd without counting the rest of
+	// the range (network/storage/pages.go), still well ahead of a CRD (docs/performance.md).
 	// --feature-gates=ListFromCacheSnapshot=true turns them back on.
 	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(features.ListFromCacheSnapshot): false}); err != nil {
 		panic(err) // the gate is known and not locked in the k8s.io/apiserver we build with
