@@ -18,11 +18,9 @@ package etcdscan
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 )
@@ -110,30 +108,6 @@ func TestPages(t *testing.T) {
 					t.Fatalf("streaming %v, want %v", s.Streaming(), streaming)
 				}
 			})
-		}
-	}
-}
-
-// TestPageCompacted: a page at a compacted revision fails with rpctypes.ErrCompacted (the list
-// answers it with 410 Gone and a continue token at the current revision).
-func TestPageCompacted(t *testing.T) {
-	e := startEtcd(t)
-	c := grpcClient(t, e)
-	rev := fill(t, c)
-	if _, err := c.Put(context.Background(), "/s/late", "v0"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Compact(context.Background(), rev+1); err != nil {
-		t.Fatal(err)
-	}
-	for _, pages := range []bool{false, true} {
-		s := New(c)
-		if pages {
-			s.PagesOnly(7)
-		}
-		_, err := s.ReadPage(context.Background(), "/s/0100", clientv3.GetPrefixRangeEnd("/s/"), rev, 10)
-		if !errors.Is(err, rpctypes.ErrCompacted) {
-			t.Fatalf("pages %v: page at compacted revision %d: %v, want ErrCompacted", pages, rev, err)
 		}
 	}
 }

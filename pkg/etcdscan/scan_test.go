@@ -160,8 +160,8 @@ func TestStopsWhenFnFails(t *testing.T) {
 	}
 }
 
-// TestCompacted: a scan at a compacted revision fails with rpctypes.ErrCompacted, which the
-// verifier retries on.
+// TestCompacted: a scan or a page at a compacted revision fails with rpctypes.ErrCompacted,
+// which the verifier retries on and a list answers with 410 Gone.
 func TestCompacted(t *testing.T) {
 	e := startEtcd(t)
 	c := grpcClient(t, e)
@@ -180,6 +180,10 @@ func TestCompacted(t *testing.T) {
 		_, err := s.Scan(context.Background(), "/s/", rev, func(*mvccpb.KeyValue) error { return nil })
 		if !errors.Is(err, rpctypes.ErrCompacted) {
 			t.Fatalf("pages %v: scan at compacted revision %d: %v, want ErrCompacted", pages, rev, err)
+		}
+		_, err = s.ReadPage(context.Background(), "/s/0100", clientv3.GetPrefixRangeEnd("/s/"), rev, 10)
+		if !errors.Is(err, rpctypes.ErrCompacted) {
+			t.Fatalf("pages %v: page at compacted revision %d: %v, want ErrCompacted", pages, rev, err)
 		}
 	}
 }
