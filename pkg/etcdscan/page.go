@@ -22,10 +22,7 @@ import (
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 )
 
@@ -76,44 +73,17 @@ func (s *Scanner) pageStream(ctx context.Context, start, end string, rev, limit 
 		}
 		rev = resp.Header.Revision
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	chunks, err := s.Client.GetStream(ctx, start, clientv3.WithRange(end), clientv3.WithRev(rev))
-	if err != nil {
-		if status.Code(err) == codes.Unimplemented {
-			return Page{}, errNoStream
-		}
-		return Page{}, err
-	}
-	// The client's goroutine hands every chunk on: it ends only once its channel is drained.
-	defer func() {
-		cancel()
-		for range chunks {
-		}
-	}()
 	p := Page{Revision: rev}
-	received := false
-	for chunk := range chunks {
-		if err := chunk.Err(); err != nil {
-			if !received && status.Code(err) == codes.Unimplemented {
-				return Page{}, errNoStream
-			}
-			return Page{}, rpctypes.Error(err)
+	_, err := s.stream(ctx, start, end, rev, func(kv *mvccpb.KeyValue) error {
+		if int64(len(p.Kvs)) == limit {
+			p.More = true
+			return errEnough
 		}
-		received = true
-		for _, kv := range chunk.Kvs {
-			if int64(len(p.Kvs)) == limit {
-				p.More = true
-				return p, nil
-			}
-			p.Kvs = append(p.Kvs, kv)
-		}
-	}
-	if err := ctx.Err(); err != nil {
+		p.Kvs = append(p.Kvs, kv)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errEnough) {
 		return Page{}, err
-	}
-	if !received {
-		return Page{}, fmt.Errorf("etcd's RangeStream from %s ended without a response", start)
 	}
 	return p, nil
 }

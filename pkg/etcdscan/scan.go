@@ -85,8 +85,18 @@ var errNoStream = errors.New("etcd does not serve RangeStream")
 // scanStream is Scan over one RangeStream: etcd pins the stream to one revision (rev, or its
 // current one, which the last chunk's header gives) and reads each key once.
 func (s *Scanner) scanStream(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+	return s.stream(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), rev, fn)
+}
+
+// errEnough, returned by a stream's fn, ends the stream early: the caller has what it wanted.
+var errEnough = errors.New("enough keys read")
+
+// stream calls fn for every key of one RangeStream of [start, end) at revision rev (0: the
+// current one) and returns the revision it read at. A stream that fn ends early (with errEnough
+// or any error) returns fn's error and is drained, so that no goroutine of the client is left.
+func (s *Scanner) stream(ctx context.Context, start, end string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	chunks, err := s.Client.GetStream(ctx, prefix, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithRev(rev))
+	chunks, err := s.Client.GetStream(ctx, start, clientv3.WithRange(end), clientv3.WithRev(rev))
 	defer cancel()
 	if err != nil {
 		if status.Code(err) == codes.Unimplemented {
@@ -122,7 +132,7 @@ func (s *Scanner) scanStream(ctx context.Context, prefix string, rev int64, fn f
 		return 0, err
 	}
 	if !received || rev == 0 {
-		return 0, fmt.Errorf("etcd's RangeStream of %s ended without its revision", prefix)
+		return 0, fmt.Errorf("etcd's RangeStream from %s ended without its revision", start)
 	}
 	return rev, nil
 }
