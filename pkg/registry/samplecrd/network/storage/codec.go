@@ -18,7 +18,6 @@ package storage
 
 import (
 	"context"
-	"fmt"
 	"path"
 	"strings"
 
@@ -120,9 +119,9 @@ func (c *EtcdCodec) Decode(ctx context.Context, kv *mvccpb.KeyValue) (*samplecrd
 // decodeListItem reads the object stored in kv as an item of a list (newItem makes the item's
 // type), as the etcd3 store's lists do.
 func (c *EtcdCodec) decodeListItem(ctx context.Context, kv *mvccpb.KeyValue, newItem func() runtime.Object) (runtime.Object, error) {
-	data, _, err := c.transformer.TransformFromStorage(ctx, kv.Value, value.DefaultContext(kv.Key))
+	data, err := c.read(ctx, kv)
 	if err != nil {
-		return nil, storage.NewInternalError(fmt.Errorf("unable to transform key %q: %w", kv.Key, err))
+		return nil, err
 	}
 	return c.decoder.DecodeListItem(ctx, data, uint64(kv.ModRevision), newItem)
 }

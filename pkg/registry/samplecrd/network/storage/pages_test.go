@@ -120,6 +120,29 @@ func list(t *testing.T, s storage.Interface, key string, pred storage.SelectionP
 	return p, nil
 }
 
+// samePage reads the page pred continues from both stores and fails unless they agree. The
+// allocating store leaves remainingItemCount unset (what it does not count); that it does shows
+// the page was its own.
+func (f *pagesFixture) samePage(t *testing.T, key string, pred storage.SelectionPredicate) page {
+	t.Helper()
+	want, err := list(t, f.generic, key, pred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := list(t, f.ours, key, pred)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.remaining != nil {
+		t.Fatalf("remainingItemCount %d: the page was not read by the allocating store", *got.remaining)
+	}
+	got.remaining, want.remaining = nil, nil
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("continue page:\n got  %+v\n want %+v", got, want)
+	}
+	return got
+}
+
 // TestContinuePagesAsTheEtcd3Store walks paged lists of Networks (all namespaces and one, with
 // and without selectors, limits that do and do not divide the collection) and reads every
 // continue page from both the etcd3 store and the allocating store, while Networks are created,
@@ -170,21 +193,7 @@ func TestContinuePagesAsTheEtcd3Store(t *testing.T) {
 				f.put(t, "b", fmt.Sprintf("new-%d-%d", run, n), map[string]string{"tier": "x"})
 				f.del(t, "c", fmt.Sprintf("n%02d", 59-3*(n+6*run)))
 				pred.Continue = next
-				want, err := list(t, f.generic, tc.key, pred)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := list(t, f.ours, tc.key, pred)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got.remaining != nil {
-					t.Fatalf("page %d: remainingItemCount %d: the page was not read by the allocating store", n, *got.remaining)
-				}
-				got.remaining, want.remaining = nil, nil
-				if !reflect.DeepEqual(got, want) {
-					t.Fatalf("page %d:\n got  %+v\n want %+v", n, got, want)
-				}
+				got := f.samePage(t, tc.key, pred)
 				if got.rv != first.rv {
 					t.Fatalf("page %d at resourceVersion %s, the first at %s", n, got.rv, first.rv)
 				}
@@ -294,17 +303,7 @@ func TestContinuePageFilledMidRead(t *testing.T) {
 	}
 	matches := len(first.items)
 	for pred.Continue = first.next; pred.Continue != ""; {
-		want, err := list(t, f.generic, "/networks", pred)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := list(t, f.ours, "/networks", pred)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("continue page:\n got  %+v\n want %+v", got, want)
-		}
+		got := f.samePage(t, "/networks", pred)
 		matches += len(got.items)
 		pred.Continue = got.next
 	}
