@@ -27,6 +27,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -43,18 +45,44 @@ type Cluster struct {
 }
 
 // New picks free loopback ports for a cluster in state; extraEnv (NAME=value) goes to the
-// scripts after the defaults. Nothing runs yet.
+// scripts after the defaults. The scripts number their ports from a base (etcd member i on
+// ETCD_PORT+2i and ETCD_PEER_PORT+2i, replica i on NETWORK_APISERVER_PORT+i), so New takes one
+// range of consecutive free ports for all of them, sized by ETCD_MEMBERS and REPLICAS in
+// extraEnv. Nothing runs yet.
 func New(root, state string, extraEnv ...string) (*Cluster, error) {
-	ports, err := FreePorts(4)
+	members, err := envCount(extraEnv, "ETCD_MEMBERS")
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Root: root, State: state, EtcdPort: ports[0], APIServerPort: ports[2], NetworkPort: ports[3]}
+	replicas, err := envCount(extraEnv, "REPLICAS")
+	if err != nil {
+		return nil, err
+	}
+	base, err := FreeRange(2*members + 1 + replicas)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Root: root, State: state, EtcdPort: base, APIServerPort: base + 2*members, NetworkPort: base + 2*members + 1}
 	c.Env = append(os.Environ(), "LOCAL_CLUSTER_DIR="+state,
-		fmt.Sprintf("ETCD_PORT=%d", ports[0]), fmt.Sprintf("ETCD_PEER_PORT=%d", ports[1]),
-		fmt.Sprintf("APISERVER_PORT=%d", ports[2]), fmt.Sprintf("NETWORK_APISERVER_PORT=%d", ports[3]))
+		fmt.Sprintf("ETCD_PORT=%d", c.EtcdPort), fmt.Sprintf("ETCD_PEER_PORT=%d", c.EtcdPort+1),
+		fmt.Sprintf("APISERVER_PORT=%d", c.APIServerPort), fmt.Sprintf("NETWORK_APISERVER_PORT=%d", c.NetworkPort))
 	c.Env = append(c.Env, extraEnv...)
 	return c, nil
+}
+
+// envCount is the last NAME=value of env as a count, 1 when absent.
+func envCount(env []string, name string) (int, error) {
+	n := 1
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			i, err := strconv.Atoi(v)
+			if err != nil || i < 1 {
+				return 0, fmt.Errorf("%s=%q: want a count of at least 1", name, v)
+			}
+			n = i
+		}
+	}
+	return n, nil
 }
 
 // Command is `hack/<script> args...` for this cluster (up, down, restart-apiserver, ...).

@@ -19,8 +19,10 @@ package localcluster
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,6 +40,78 @@ func TestFreePortsDistinct(t *testing.T) {
 			t.Fatalf("ports %v: want 8 distinct ones", ports)
 		}
 		seen[p] = true
+	}
+}
+
+// A range is consecutive, free, below the kernel's ephemeral range (which the kernel hands to
+// outgoing connections), and never overlaps one handed out before.
+func TestFreeRange(t *testing.T) {
+	_, high, err := portWindow()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		t.Skip("no ip_local_port_range:", err)
+	}
+	ephemeral, _ := strconv.Atoi(strings.Fields(string(b))[0])
+	taken := map[int]bool{}
+	for range 50 {
+		base, err := FreeRange(12)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := base; p < base+12; p++ {
+			if p >= ephemeral || p >= high {
+				t.Fatalf("port %d: at or above the ephemeral range's start %d", p, ephemeral)
+			}
+			if taken[p] {
+				t.Fatalf("port %d handed out twice", p)
+			}
+			taken[p] = true
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				t.Fatalf("port %d of range %d+12 is not free: %v", p, base, err)
+			}
+			l.Close()
+		}
+	}
+}
+
+// New takes one range for every port the scripts derive from its bases: etcd members at
+// ETCD_PORT+2i and ETCD_PEER_PORT+2i, replicas at NETWORK_APISERVER_PORT+i; none of them may fall
+// on another's port or outside what New reserved.
+func TestNewReservesEveryDerivedPort(t *testing.T) {
+	c, err := New(t.TempDir(), t.TempDir(), "ETCD_MEMBERS=3", "REPLICAS=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]int{}
+	for _, kv := range c.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasSuffix(k, "_PORT") {
+			env[k], _ = strconv.Atoi(v)
+		}
+	}
+	var used []int
+	for i := range 3 {
+		used = append(used, env["ETCD_PORT"]+2*i, env["ETCD_PEER_PORT"]+2*i)
+	}
+	used = append(used, env["APISERVER_PORT"])
+	for i := range 4 {
+		used = append(used, env["NETWORK_APISERVER_PORT"]+i)
+	}
+	seen := map[int]bool{}
+	for _, p := range used {
+		if seen[p] || p < c.EtcdPort || p >= c.EtcdPort+len(used) || !handedOut[p] {
+			t.Fatalf("ports %v (env %v): want %d distinct ports in the range reserved from %d", used, env, len(used), c.EtcdPort)
+		}
+		seen[p] = true
+	}
+	if c.APIServerPort != env["APISERVER_PORT"] || c.NetworkPort != env["NETWORK_APISERVER_PORT"] {
+		t.Errorf("Cluster ports %d/%d, env %v", c.APIServerPort, c.NetworkPort, env)
+	}
+	if _, err := New(t.TempDir(), t.TempDir(), "REPLICAS=zero"); err == nil {
+		t.Error("REPLICAS=zero: no error")
 	}
 }
 
