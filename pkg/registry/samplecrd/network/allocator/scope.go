@@ -43,29 +43,39 @@ func (s Scoping) Scope(namespace string) string {
 // AllocationOf is the allocation n needs; false when its cidr is not a canonical prefix
 // (validation rejects such Networks, so only data written around the API can have one).
 func (s Scoping) AllocationOf(n *samplecrd.Network) (Allocation, bool) {
-	p, err := netip.ParsePrefix(n.Spec.CIDR)
+	return s.AllocationFor(OwnerOf(n), n.Spec.CIDR)
+}
+
+// AllocationFor is AllocationOf for the Network owner with spec.cidr cidr.
+func (s Scoping) AllocationFor(owner Owner, cidr string) (Allocation, bool) {
+	p, err := netip.ParsePrefix(cidr)
 	if err != nil || p.Masked() != p {
 		return Allocation{}, false
 	}
-	return Allocation{
-		Scope:  s.Scope(n.Namespace),
-		Prefix: p,
-		Owner:  Owner{Namespace: n.Namespace, Name: n.Name, UID: string(n.UID)},
-	}, true
+	return Allocation{Scope: s.Scope(owner.Namespace), Prefix: p, Owner: owner}, true
+}
+
+// OwnerOf is n as the owner of its allocations.
+func OwnerOf(n *samplecrd.Network) Owner {
+	return Owner{Namespace: n.Namespace, Name: n.Name, UID: string(n.UID)}
 }
 
 // GatewayOf is the key of n's gateway in n's block scope (the Network's UID): a single address
 // with role gateway, which keeps every block of n off the gateway. False when n has no valid
 // prefix or gateway.
 func GatewayOf(n *samplecrd.Network) (Allocation, bool) {
-	p, err := netip.ParsePrefix(n.Spec.CIDR)
+	return GatewayFor(OwnerOf(n), n.Spec.CIDR, n.Spec.Gateway)
+}
+
+// GatewayFor is GatewayOf for the Network owner with spec.cidr cidr and spec.gateway gateway.
+func GatewayFor(owner Owner, cidr, gateway string) (Allocation, bool) {
+	p, err := netip.ParsePrefix(cidr)
 	if err != nil || p.Masked() != p {
 		return Allocation{}, false
 	}
-	gw, err := netip.ParseAddr(n.Spec.Gateway)
+	gw, err := netip.ParseAddr(gateway)
 	if err != nil || !p.Contains(gw) {
 		return Allocation{}, false
 	}
-	return Allocation{Scope: string(n.UID), Prefix: netip.PrefixFrom(gw, gw.BitLen()),
-		Owner: Owner{Namespace: n.Namespace, Name: n.Name, UID: string(n.UID)}, Role: RoleGateway, Within: p}, true
+	return Allocation{Scope: owner.UID, Prefix: netip.PrefixFrom(gw, gw.BitLen()), Owner: owner, Role: RoleGateway, Within: p}, true
 }

@@ -125,7 +125,7 @@ type listedBlock struct {
 
 // checkBlocks checks the block invariant at one revision and fixes what is safe, each fix in a
 // transaction guarded by what it read.
-func (r *Repair) checkBlocks(ctx context.Context, v *Verification, keys []allocator.Stored, objects []etcdBlockAllocation, networks []etcdNetwork) {
+func (r *Repair) checkBlocks(ctx context.Context, v *Verification, keys []allocator.Stored, objects []etcdBlockAllocation, networks []etcdNetwork, byUID networkIndex) {
 	report := func(kind string, fixed bool, format string, args ...any) {
 		v.Violations = append(v.Violations, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...), Fixed: fixed})
 	}
@@ -135,10 +135,6 @@ func (r *Repair) checkBlocks(ctx context.Context, v *Verification, keys []alloca
 			repairs.WithLabelValues("removed").Inc()
 		}
 		report(kind, fixed, format+outcome(err), args...)
-	}
-	byUID := make(map[string]etcdNetwork, len(networks))
-	for _, n := range networks {
-		byUID[string(n.network.UID)] = n
 	}
 	// The keys are in key order, so each scope's keys are one run of them: keysByUID holds the
 	// runs, not copies (at a million Networks, a million small slices fewer).
@@ -150,7 +146,7 @@ func (r *Repair) checkBlocks(ctx context.Context, v *Verification, keys []alloca
 		}
 		run := keys[i:j:j]
 		i = j
-		if _, ok := byUID[run[0].Scope]; !ok {
+		if !byUID.has(run[0].Scope) {
 			for _, k := range run {
 				remove(ViolationBlockNetworkGone, k.Key, k.ModRevision, "block key %s (%s) belongs to network uid %s, which is gone", k.Key, describe(k), k.Scope)
 			}
@@ -163,8 +159,8 @@ func (r *Repair) checkBlocks(ctx context.Context, v *Verification, keys []alloca
 	}
 	objectsByUID := map[string][]etcdBlockAllocation{}
 	for _, o := range objects {
-		n, ok := byUID[o.object.NetworkUID]
-		if !ok || n.network.Name != o.object.Network || n.network.Namespace != o.object.Namespace {
+		i, ok := byUID[o.object.NetworkUID]
+		if !ok || networks[i].Name != o.object.Network || networks[i].Namespace != o.object.Namespace {
 			remove(ViolationBlockNetworkGone, o.key, o.modRevision, "block allocation %s/%s lists blocks of network %s uid %s, which is gone",
 				o.object.Namespace, o.object.Name, o.object.Network, o.object.NetworkUID)
 			continue
@@ -172,16 +168,15 @@ func (r *Repair) checkBlocks(ctx context.Context, v *Verification, keys []alloca
 		objectsByUID[o.object.NetworkUID] = append(objectsByUID[o.object.NetworkUID], o)
 	}
 	for _, sn := range networks {
-		r.checkNetworkBlocks(ctx, sn, keysByUID[string(sn.network.UID)], objectsByUID[string(sn.network.UID)], report, remove)
+		r.checkNetworkBlocks(ctx, sn, keysByUID[sn.UID], objectsByUID[sn.UID], report, remove)
 	}
 }
 
 func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []allocator.Stored, objects []etcdBlockAllocation,
 	report func(kind string, fixed bool, format string, args ...any), remove func(kind, key string, modRevision int64, format string, args ...any)) {
-	n := sn.network
-	name := lazyName{n}
-	gateway, hasGateway := allocator.GatewayOf(n)
-	prefix, err := netip.ParsePrefix(n.Spec.CIDR)
+	name := sn.Owner
+	gateway, hasGateway := allocator.GatewayFor(sn.Owner, sn.cidr, sn.gateway)
+	prefix, err := netip.ParsePrefix(sn.cidr)
 	if err != nil || prefix.Masked() != prefix {
 		return // reported as invalid by the Network check
 	}
@@ -209,7 +204,7 @@ func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []
 		}
 		if hasGateway && b.prefix.Contains(gateway.Prefix.Addr()) {
 			gatewayInBlock = true
-			report(ViolationGatewayInBlock, false, "the gateway %s of network %s is inside block %s of node %s", n.Spec.Gateway, name, b.prefix, b.node)
+			report(ViolationGatewayInBlock, false, "the gateway %s of network %s is inside block %s of node %s", sn.gateway, name, b.prefix, b.node)
 		}
 		open = slices.DeleteFunc(open, func(o listedBlock) bool { return !o.prefix.Overlaps(b.prefix) })
 		for _, o := range open {
@@ -228,13 +223,13 @@ func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []
 		case k.Role == allocator.RoleGateway && hasGateway && k.Prefix == gateway.Prefix:
 			gatewayKey = true
 		case k.Role == allocator.RoleGateway:
-			remove(ViolationBlockOrphan, k.Key, k.ModRevision, "gateway key %s (%s) of network %s is not its gateway %s", k.Key, k.Prefix, name, n.Spec.Gateway)
+			remove(ViolationBlockOrphan, k.Key, k.ModRevision, "gateway key %s (%s) of network %s is not its gateway %s", k.Key, k.Prefix, name, sn.gateway)
 		default:
 			b, ok := byPrefix[k.Prefix]
 			switch {
 			case !ok:
 				remove(ViolationBlockOrphan, k.Key, k.ModRevision, "block key %s (%s of node %s) of network %s is listed by no block allocation", k.Key, k.Prefix, k.Node, name)
-			case k.Owner.UID != string(n.UID) || k.Owner.Name != n.Name || k.Owner.Namespace != n.Namespace || k.Node != b.node:
+			case k.Owner != sn.Owner || k.Node != b.node:
 				seen[k.Prefix] = true
 				report(ViolationBlockOwner, false, "block key %s (%s) of network %s holds %s node %q, but block allocation %s lists it for node %s",
 					k.Key, k.Prefix, name, describe(k), k.Node, b.object.object.Name, b.node)
@@ -247,8 +242,7 @@ func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []
 		if seen[b.prefix] {
 			continue
 		}
-		al := allocator.Allocation{Scope: string(n.UID), Prefix: b.prefix, Owner: allocator.Owner{Namespace: n.Namespace, Name: n.Name, UID: string(n.UID)},
-			Node: b.node, Role: allocator.RoleBlock, Within: prefix}
+		al := allocator.Allocation{Scope: sn.UID, Prefix: b.prefix, Owner: sn.Owner, Node: b.node, Role: allocator.RoleBlock, Within: prefix}
 		cmps, probes, check := unchanged(revisionGuard{sn.key, sn.createRevision, true}, revisionGuard{b.object.key, b.object.modRevision, false})
 		_, err := r.blocks.keys.Write(ctx, al, cmps, probes, check)
 		if err == nil {
@@ -264,7 +258,7 @@ func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []
 		if err == nil {
 			repairs.WithLabelValues("restored").Inc()
 		}
-		report(ViolationGatewayMissing, err == nil, "network %s has no key for its gateway %s%s", name, n.Spec.Gateway, outcome(err))
+		report(ViolationGatewayMissing, err == nil, "network %s has no key for its gateway %s%s", name, sn.gateway, outcome(err))
 	}
 }
 
@@ -306,8 +300,3 @@ func unchanged(guards ...revisionGuard) ([]clientv3.Cmp, []clientv3.Op, func([]*
 		return nil
 	}
 }
-
-// lazyName prints a Network's namespace/name when a report is formatted, not before.
-type lazyName struct{ n *samplecrd.Network }
-
-func (l lazyName) String() string { return l.n.Namespace + "/" + l.n.Name }

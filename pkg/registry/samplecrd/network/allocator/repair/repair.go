@@ -128,12 +128,38 @@ func (v Verification) Count(kind string) int {
 	return n
 }
 
-// etcdNetwork is a Network as read from etcd, with the revisions a repair is guarded by.
+// etcdNetwork is what a verification keeps of a Network read from etcd: the fields its checks
+// read and the revisions a repair is guarded by. A verification holds one per stored Network
+// until it ends; a decoded samplecrd.Network is some 400 bytes before its strings, this a third
+// of that (see docs/performance.md, "The verifier's memory").
 type etcdNetwork struct {
-	network        *samplecrd.Network
-	key            string
-	createRevision int64
-	modRevision    int64
+	allocator.Owner // namespace, name, uid
+	cidr, gateway   string
+	vni             int32 // status.vni
+	key             string
+	createRevision  int64
+	modRevision     int64
+}
+
+func newEtcdNetwork(n *samplecrd.Network, kv *mvccpb.KeyValue) etcdNetwork {
+	return etcdNetwork{Owner: allocator.OwnerOf(n), cidr: n.Spec.CIDR, gateway: n.Spec.Gateway, vni: n.Status.VNI,
+		key: string(kv.Key), createRevision: kv.CreateRevision, modRevision: kv.ModRevision}
+}
+
+// networkIndex finds a verification's Networks by UID (each Network's position in the slice).
+type networkIndex map[string]int
+
+func (x networkIndex) has(uid string) bool {
+	_, ok := x[uid]
+	return ok
+}
+
+func indexNetworks(networks []etcdNetwork) networkIndex {
+	byUID := make(networkIndex, len(networks))
+	for i, sn := range networks {
+		byUID[sn.UID] = i
+	}
+	return byUID
 }
 
 // Verify reads the allocations and the Networks at one etcd revision, reports every violation
@@ -178,7 +204,8 @@ func (r *Repair) verify(ctx context.Context) (Verification, error) {
 		if err != nil {
 			return Verification{}, err
 		}
-		var networks []etcdNetwork
+		// One Network per allocation, when nothing is wrong: the slice is not grown by doubling.
+		networks := make([]etcdNetwork, 0, len(stored))
 		var v Verification
 		_, err = r.allocator.Scan(ctx, r.networksPrefix, rev, func(kv *mvccpb.KeyValue) error {
 			n, err := r.decode(ctx, kv)
@@ -186,7 +213,7 @@ func (r *Repair) verify(ctx context.Context) (Verification, error) {
 				v.Violations = append(v.Violations, Violation{Kind: ViolationInvalid, Detail: fmt.Sprintf("%s cannot be decoded: %v", kv.Key, err)})
 				return nil
 			}
-			networks = append(networks, etcdNetwork{network: n, key: string(kv.Key), createRevision: kv.CreateRevision, modRevision: kv.ModRevision})
+			networks = append(networks, newEtcdNetwork(n, kv))
 			return nil
 		})
 		if errors.Is(err, rpctypes.ErrCompacted) {
@@ -217,64 +244,66 @@ func (r *Repair) verify(ctx context.Context) (Verification, error) {
 			}
 		}
 		v.Revision, v.Networks = rev, len(networks)
-		r.check(ctx, &v, stored, networks)
+		byUID := indexNetworks(networks)
+		r.check(ctx, &v, stored, networks, byUID)
+		stored = nil // what is left to check does not need the allocations
 		if r.blocks != nil {
-			r.checkBlocks(ctx, &v, blockKeys, blockObjects, networks)
+			r.checkBlocks(ctx, &v, blockKeys, blockObjects, networks, byUID)
+			blockKeys, blockObjects = nil, nil
 		}
 		if r.vnis != nil {
-			r.checkVNIs(ctx, &v, vniKeys, networks)
+			r.checkVNIs(ctx, &v, vniKeys, networks, byUID)
 		}
 		return v, nil
 	}
 }
 
-func (r *Repair) check(ctx context.Context, v *Verification, stored []allocator.Stored, networks []etcdNetwork) {
-	byKey := make(map[string]allocator.Stored, len(stored))
-	for _, st := range stored {
-		byKey[st.Key] = st
+func (r *Repair) check(ctx context.Context, v *Verification, stored []allocator.Stored, networks []etcdNetwork, byUID networkIndex) {
+	// The allocations by key, as positions in stored (a map of copies held a second ~200 bytes
+	// per Network); owned[i] says stored[i] is a stored Network's.
+	byKey := make(map[string]int, len(stored))
+	for i, st := range stored {
+		byKey[st.Key] = i
 	}
-	uids := make(map[string]bool, len(networks))
-	for _, n := range networks {
-		uids[string(n.network.UID)] = true
-	}
-	owned := make(map[string]bool, len(networks))
+	owned := make([]bool, len(stored))
 	report := func(kind string, fixed bool, format string, args ...any) {
 		v.Violations = append(v.Violations, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...), Fixed: fixed})
 	}
-	var valid []etcdNetwork
 	for _, sn := range networks {
-		n := sn.network
-		al, ok := r.scoping.AllocationOf(n)
+		al, ok := r.scoping.AllocationFor(sn.Owner, sn.cidr)
 		if !ok {
-			report(ViolationInvalid, false, "network %s/%s (uid %s) has no canonical prefix: %q", n.Namespace, n.Name, n.UID, n.Spec.CIDR)
+			report(ViolationInvalid, false, "network %s (uid %s) has no canonical prefix: %q", sn.Owner, sn.UID, sn.cidr)
 			continue
 		}
-		valid = append(valid, sn)
 		key := r.allocator.Key(al.Scope, al.Prefix)
-		st, ok := byKey[key]
+		i, ok := byKey[key]
+		var st allocator.Stored
+		if ok {
+			st = stored[i]
+		}
 		switch {
 		case !ok:
 			err := r.allocator.Restore(ctx, sn.key, sn.createRevision, al)
 			if err == nil {
 				repairs.WithLabelValues("restored").Inc()
 			}
-			report(ViolationMissing, err == nil, "network %s/%s (uid %s, %s) has no allocation at %s%s", n.Namespace, n.Name, n.UID, al.Prefix, key, outcome(err))
+			report(ViolationMissing, err == nil, "network %s (uid %s, %s) has no allocation at %s%s", sn.Owner, sn.UID, al.Prefix, key, outcome(err))
 		case st.Corrupt == nil && st.Allocation == al:
-			owned[key] = true
-		case st.Corrupt == nil && st.Owner.UID != "" && uids[st.Owner.UID]:
+			owned[i] = true
+		case st.Corrupt == nil && st.Owner.UID != "" && byUID.has(st.Owner.UID):
 			// The key holds another stored Network's allocation: the two overlap (reported below).
-			owned[key] = true
+			owned[i] = true
 		default:
 			fixed, err := r.allocator.Rewrite(ctx, key, st.ModRevision, sn.key, sn.createRevision, al)
 			if fixed {
 				repairs.WithLabelValues("rewritten").Inc()
-				owned[key] = true
+				owned[i] = true
 			}
-			report(ViolationMismatch, fixed, "allocation %s of network %s/%s (uid %s, %s) holds %s%s", key, n.Namespace, n.Name, n.UID, al.Prefix, describe(st), outcome(err))
+			report(ViolationMismatch, fixed, "allocation %s of network %s (uid %s, %s) holds %s%s", key, sn.Owner, sn.UID, al.Prefix, describe(st), outcome(err))
 		}
 	}
-	for _, st := range stored {
-		if owned[st.Key] {
+	for i, st := range stored {
+		if owned[i] {
 			continue
 		}
 		fixed, err := r.allocator.Remove(ctx, st.Key, st.ModRevision)
@@ -283,7 +312,7 @@ func (r *Repair) check(ctx context.Context, v *Verification, stored []allocator.
 		}
 		report(ViolationOrphan, fixed, "allocation %s (%s) belongs to no stored network%s", st.Key, describe(st), outcome(err))
 	}
-	for _, pair := range overlappingPairs(r.scoping, valid) {
+	for _, pair := range overlappingPairs(r.scoping, networks) {
 		report(ViolationOverlap, false, "networks %s and %s overlap", pair[0], pair[1])
 	}
 }
@@ -302,7 +331,8 @@ func describe(st allocator.Stored) string {
 	return fmt.Sprintf("%s of %s uid %q", st.Prefix, st.Owner, st.Owner.UID)
 }
 
-// overlappingPairs lists every pair of Networks of one scope whose prefixes overlap. Prefixes
+// overlappingPairs lists every pair of Networks of one scope whose prefixes overlap, of those
+// with a canonical prefix (the others are reported as invalid). Prefixes
 // are nested or disjoint, so after sorting by start address (longer prefixes first) a Network
 // overlaps exactly the earlier ones whose range still covers its start.
 func overlappingPairs(scoping allocator.Scoping, networks []etcdNetwork) [][2]string {
@@ -313,15 +343,16 @@ func overlappingPairs(scoping allocator.Scoping, networks []etcdNetwork) [][2]st
 	}
 	entries := make([]entry, 0, len(networks))
 	for i, sn := range networks {
-		al, _ := scoping.AllocationOf(sn.network)
-		entries = append(entries, entry{al.Scope, al.Prefix, i})
+		if al, ok := scoping.AllocationFor(sn.Owner, sn.cidr); ok {
+			entries = append(entries, entry{al.Scope, al.Prefix, i})
+		}
 	}
 	slices.SortFunc(entries, func(x, y entry) int {
 		return cmp.Or(cmp.Compare(x.scope, y.scope), x.prefix.Addr().Compare(y.prefix.Addr()), cmp.Compare(x.prefix.Bits(), y.prefix.Bits()))
 	})
 	name := func(e entry) string {
-		al, _ := scoping.AllocationOf(networks[e.index].network)
-		return fmt.Sprintf("%s (%s, uid %s)", al.Owner, al.Prefix, al.Owner.UID)
+		sn := networks[e.index]
+		return fmt.Sprintf("%s (%s, uid %s)", sn.Owner, e.prefix, sn.UID)
 	}
 	var pairs [][2]string
 	var open []entry

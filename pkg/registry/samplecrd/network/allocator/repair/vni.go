@@ -76,7 +76,7 @@ func (r *Repair) WithVNIs(keys VNIKeys, mirror MirrorVNIFunc) *Repair {
 
 // checkVNIs checks the VNI invariant at one revision and fixes it, each key fix in a transaction
 // guarded by what it read.
-func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.Stored, networks []etcdNetwork) {
+func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.Stored, networks []etcdNetwork, live networkIndex) {
 	report := func(kind string, fixed bool, format string, args ...any) {
 		v.Violations = append(v.Violations, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...), Fixed: fixed})
 	}
@@ -90,10 +90,6 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 		}
 		return fixed, err
 	}
-	live := make(map[string]bool, len(networks))
-	for _, sn := range networks {
-		live[string(sn.network.UID)] = true
-	}
 	for _, k := range stored.Corrupt {
 		report(ViolationInvalid, false, "VNI key %s cannot be read", k.Key)
 	}
@@ -102,7 +98,7 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 	var stray []int32
 	var buf [12]byte
 	for vni, k := range stored.ByVNI {
-		if back, ok := stored.ByUID[k.Value]; !live[k.Value] || !ok || back.Value != string(strconv.AppendInt(buf[:0], int64(vni), 10)) {
+		if back, ok := stored.ByUID[k.Value]; !live.has(k.Value) || !ok || back.Value != string(strconv.AppendInt(buf[:0], int64(vni), 10)) {
 			stray = append(stray, vni)
 		}
 	}
@@ -110,7 +106,7 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 	for _, vni := range stray {
 		k := stored.ByVNI[vni]
 		switch back, ok := stored.ByUID[k.Value]; {
-		case !live[k.Value]:
+		case !live.has(k.Value):
 			fixed, err := remove(k.Key, k.ModRevision)
 			report(ViolationVNINetworkGone, fixed, "VNI %d is held by network uid %s, which is gone%s", vni, k.Value, outcome(err))
 		case !ok || back.Value != strconv.FormatInt(int64(vni), 10):
@@ -122,7 +118,7 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 	}
 	var gone []string
 	for uid := range stored.ByUID {
-		if !live[uid] {
+		if !live.has(uid) {
 			gone = append(gone, uid)
 		}
 	}
@@ -133,12 +129,10 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 		report(ViolationVNINetworkGone, fixed, "VNI key %s (VNI %s) belongs to network uid %s, which is gone%s", k.Key, k.Value, uid, outcome(err))
 	}
 	for _, sn := range networks {
-		n := sn.network
-		uid := string(n.UID)
+		uid, name := sn.UID, sn.Owner
 		if uid == "" {
 			continue
 		}
-		name := lazyName{n}
 		var vni int32
 		k, ok := stored.ByUID[uid]
 		if ok {
@@ -179,9 +173,9 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 				continue
 			}
 		}
-		if n.Status.VNI != vni && r.vnis.mirror != nil {
-			err := r.vnis.mirror(ctx, n.Namespace, n.Name, n.UID)
-			report(ViolationVNIStatus, err == nil, "network %s (uid %s) has status.vni %d, its key VNI %d%s", name, uid, n.Status.VNI, vni, outcome(err))
+		if sn.vni != vni && r.vnis.mirror != nil {
+			err := r.vnis.mirror(ctx, sn.Namespace, sn.Name, types.UID(uid))
+			report(ViolationVNIStatus, err == nil, "network %s (uid %s) has status.vni %d, its key VNI %d%s", name, uid, sn.vni, vni, outcome(err))
 		}
 	}
 }
