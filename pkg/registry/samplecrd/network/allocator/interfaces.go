@@ -41,7 +41,7 @@ type Interface interface {
 // RepairInterface is what the repair needs of the allocator: to read the allocations and the
 // Networks at one revision, and to fix an allocation in a transaction guarded by what it read.
 type RepairInterface interface {
-	List(ctx context.Context, rev int64) ([]Stored, int64, error)
+	Each(ctx context.Context, rev int64, fn func(Stored) error) (int64, error)
 	Scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error)
 	Key(scope string, p netip.Prefix) string
 	Restore(ctx context.Context, objKey string, objCreateRevision int64, al Allocation) error

@@ -27,11 +27,17 @@ import (
 // List returns every stored allocation at revision rev (0: the current one) and that revision.
 func (a *Allocator) List(ctx context.Context, rev int64) ([]Stored, int64, error) {
 	var out []Stored
-	rev, err := a.Scan(ctx, a.Root(), rev, func(kv *mvccpb.KeyValue) error {
-		out = append(out, a.stored(kv))
+	rev, err := a.Each(ctx, rev, func(st Stored) error {
+		out = append(out, st)
 		return nil
 	})
 	return out, rev, err
+}
+
+// Each calls fn for every stored allocation at revision rev (0: the current one), in key order,
+// and returns that revision: List without holding them all.
+func (a *Allocator) Each(ctx context.Context, rev int64, fn func(Stored) error) (int64, error) {
+	return a.Scan(ctx, a.Root(), rev, func(kv *mvccpb.KeyValue) error { return fn(a.stored(kv)) })
 }
 
 // Scan calls fn for every key under prefix at revision rev (0: the current one), in key order,

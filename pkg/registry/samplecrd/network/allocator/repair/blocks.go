@@ -64,7 +64,7 @@ var blockKinds = []string{ViolationBlockOrphan, ViolationBlockMissing, Violation
 
 // BlockKeys is what the verifier needs of the block keyspace's allocator.
 type BlockKeys interface {
-	List(ctx context.Context, rev int64) ([]allocator.Stored, int64, error)
+	Each(ctx context.Context, rev int64, fn func(allocator.Stored) error) (int64, error)
 	Key(scope string, p netip.Prefix) string
 	Remove(ctx context.Context, key string, modRevision int64) (bool, error)
 	Write(ctx context.Context, al allocator.Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
@@ -97,14 +97,10 @@ type etcdBlockAllocation struct {
 	modRevision int64
 }
 
-// readBlocks reads the block keys and the BlockAllocations at rev.
-func (r *Repair) readBlocks(ctx context.Context, v *Verification, rev int64) ([]allocator.Stored, []etcdBlockAllocation, error) {
-	keys, _, err := r.blocks.keys.List(ctx, rev)
-	if err != nil {
-		return nil, nil, err
-	}
+// readBlockObjects reads the BlockAllocations at rev.
+func (r *Repair) readBlockObjects(ctx context.Context, v *Verification, rev int64) ([]etcdBlockAllocation, error) {
 	var objects []etcdBlockAllocation
-	_, err = r.allocator.Scan(ctx, r.blocks.objectsPrefix, rev, func(kv *mvccpb.KeyValue) error {
+	_, err := r.allocator.Scan(ctx, r.blocks.objectsPrefix, rev, func(kv *mvccpb.KeyValue) error {
 		b, err := r.blocks.decode(ctx, kv)
 		if err != nil {
 			v.Violations = append(v.Violations, Violation{Kind: ViolationInvalid, Detail: fmt.Sprintf("%s cannot be decoded: %v", kv.Key, err)})
@@ -113,7 +109,7 @@ func (r *Repair) readBlocks(ctx context.Context, v *Verification, rev int64) ([]
 		objects = append(objects, etcdBlockAllocation{object: b, key: string(kv.Key), modRevision: kv.ModRevision})
 		return nil
 	})
-	return keys, objects, err
+	return objects, err
 }
 
 // listedBlock is a block as a BlockAllocation lists it.
@@ -123,39 +119,28 @@ type listedBlock struct {
 	object etcdBlockAllocation
 }
 
-// checkBlocks checks the block invariant at one revision and fixes what is safe, each fix in a
-// transaction guarded by what it read.
-func (r *Repair) checkBlocks(ctx context.Context, v *Verification, keys []allocator.Stored, objects []etcdBlockAllocation, networks []etcdNetwork, byUID networkIndex) {
+// checkBlocks checks the block invariant at rev and fixes what is safe, each fix in a
+// transaction guarded by what it read. The block keys are streamed in key order, where each
+// Network's keys (its scope, the Network's UID) are one run, and checked a run at a time: they
+// are never all held at once. The fixes are made once the stream has ended.
+func (r *Repair) checkBlocks(ctx context.Context, v *Verification, rev int64, networks []etcdNetwork, byUID networkIndex) error {
+	objects, err := r.readBlockObjects(ctx, v, rev)
+	if err != nil {
+		return err
+	}
 	report := func(kind string, fixed bool, format string, args ...any) {
 		v.Violations = append(v.Violations, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...), Fixed: fixed})
 	}
+	var fixes []func()
+	later := func(fix func()) { fixes = append(fixes, fix) }
 	remove := func(kind, key string, modRevision int64, format string, args ...any) {
-		fixed, err := r.blocks.keys.Remove(ctx, key, modRevision)
-		if fixed {
-			repairs.WithLabelValues("removed").Inc()
-		}
-		report(kind, fixed, format+outcome(err), args...)
-	}
-	// The keys are in key order, so each scope's keys are one run of them: keysByUID holds the
-	// runs, not copies (at a million Networks, a million small slices fewer).
-	keysByUID := map[string][]allocator.Stored{}
-	for i := 0; i < len(keys); {
-		j := i + 1
-		for j < len(keys) && keys[j].Scope == keys[i].Scope {
-			j++
-		}
-		run := keys[i:j:j]
-		i = j
-		if !byUID.has(run[0].Scope) {
-			for _, k := range run {
-				remove(ViolationBlockNetworkGone, k.Key, k.ModRevision, "block key %s (%s) belongs to network uid %s, which is gone", k.Key, describe(k), k.Scope)
+		later(func() {
+			fixed, err := r.blocks.keys.Remove(ctx, key, modRevision)
+			if fixed {
+				repairs.WithLabelValues("removed").Inc()
 			}
-			continue
-		}
-		if prev, ok := keysByUID[run[0].Scope]; ok {
-			run = append(prev, run...) // not expected: a scope's keys are contiguous
-		}
-		keysByUID[run[0].Scope] = run
+			report(kind, fixed, format+outcome(err), args...)
+		})
 	}
 	objectsByUID := map[string][]etcdBlockAllocation{}
 	for _, o := range objects {
@@ -167,13 +152,54 @@ func (r *Repair) checkBlocks(ctx context.Context, v *Verification, keys []alloca
 		}
 		objectsByUID[o.object.NetworkUID] = append(objectsByUID[o.object.NetworkUID], o)
 	}
-	for _, sn := range networks {
-		r.checkNetworkBlocks(ctx, sn, keysByUID[sn.UID], objectsByUID[sn.UID], report, remove)
+	checked := make([]bool, len(networks))
+	var run []allocator.Stored // one scope's keys; reused from run to run
+	endRun := func() {
+		if len(run) == 0 {
+			return
+		}
+		scope := run[0].Scope
+		if i, ok := byUID[scope]; ok && !checked[i] {
+			checked[i] = true
+			r.checkNetworkBlocks(ctx, networks[i], run, objectsByUID[scope], report, remove, later)
+		} else {
+			for _, k := range run {
+				if ok { // a second run of one scope: etcd lists keys in order, so it cannot be
+					report(ViolationInvalid, false, "block key %s of network uid %s is out of key order", k.Key, k.Scope)
+					continue
+				}
+				remove(ViolationBlockNetworkGone, k.Key, k.ModRevision, "block key %s (%s) belongs to network uid %s, which is gone", k.Key, describe(k), k.Scope)
+			}
+		}
+		run = run[:0]
 	}
+	_, err = r.blocks.keys.Each(ctx, rev, func(k allocator.Stored) error {
+		if len(run) > 0 && k.Scope != run[0].Scope {
+			endRun()
+		}
+		run = append(run, k)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	endRun()
+	for i, sn := range networks {
+		if !checked[i] { // a Network without block keys
+			r.checkNetworkBlocks(ctx, sn, nil, objectsByUID[sn.UID], report, remove, later)
+		}
+	}
+	for _, fix := range fixes {
+		fix()
+	}
+	return nil
 }
 
+// checkNetworkBlocks checks one Network's block keys against the blocks its BlockAllocations
+// list; what it writes it hands to later.
 func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []allocator.Stored, objects []etcdBlockAllocation,
-	report func(kind string, fixed bool, format string, args ...any), remove func(kind, key string, modRevision int64, format string, args ...any)) {
+	report func(kind string, fixed bool, format string, args ...any), remove func(kind, key string, modRevision int64, format string, args ...any),
+	later func(func())) {
 	name := sn.Owner
 	gateway, hasGateway := allocator.GatewayFor(sn.Owner, sn.cidr, sn.gateway)
 	prefix, err := netip.ParsePrefix(sn.cidr)
@@ -244,21 +270,25 @@ func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []
 		}
 		al := allocator.Allocation{Scope: sn.UID, Prefix: b.prefix, Owner: sn.Owner, Node: b.node, Role: allocator.RoleBlock, Within: prefix}
 		cmps, probes, check := unchanged(revisionGuard{sn.key, sn.createRevision, true}, revisionGuard{b.object.key, b.object.modRevision, false})
-		_, err := r.blocks.keys.Write(ctx, al, cmps, probes, check)
-		if err == nil {
-			repairs.WithLabelValues("restored").Inc()
-		}
-		report(ViolationBlockMissing, err == nil, "block %s of node %s of network %s has no key%s", b.prefix, b.node, name, outcome(err))
+		later(func() {
+			_, err := r.blocks.keys.Write(ctx, al, cmps, probes, check)
+			if err == nil {
+				repairs.WithLabelValues("restored").Inc()
+			}
+			report(ViolationBlockMissing, err == nil, "block %s of node %s of network %s has no key%s", b.prefix, b.node, name, outcome(err))
+		})
 	}
 	if hasGateway && !gatewayKey && !gatewayInBlock { // a gateway inside a block is reported above; its key cannot be written
 		// Guarded by the Network's ModRevision as read: a gateway moved since must not get its
 		// old key back.
 		cmps, probes, check := unchanged(revisionGuard{sn.key, sn.modRevision, false})
-		_, err := r.blocks.keys.Write(ctx, gateway, cmps, probes, check)
-		if err == nil {
-			repairs.WithLabelValues("restored").Inc()
-		}
-		report(ViolationGatewayMissing, err == nil, "network %s has no key for its gateway %s%s", name, sn.gateway, outcome(err))
+		later(func() {
+			_, err := r.blocks.keys.Write(ctx, gateway, cmps, probes, check)
+			if err == nil {
+				repairs.WithLabelValues("restored").Inc()
+			}
+			report(ViolationGatewayMissing, err == nil, "network %s has no key for its gateway %s%s", name, sn.gateway, outcome(err))
+		})
 	}
 }
 

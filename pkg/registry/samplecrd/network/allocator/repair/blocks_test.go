@@ -40,12 +40,22 @@ type fakeBlockKeys struct {
 	overlapping map[netip.Prefix]bool
 	removed     []string
 	written     []string
+	// streaming: an Each is under way; writesInStream counts the fixes made then.
+	streaming      bool
+	writesInStream int
 }
 
 var _ BlockKeys = &fakeBlockKeys{}
 
-func (f *fakeBlockKeys) List(context.Context, int64) ([]allocator.Stored, int64, error) {
-	return f.stored, 7, nil
+func (f *fakeBlockKeys) Each(_ context.Context, rev int64, fn func(allocator.Stored) error) (int64, error) {
+	f.streaming = true
+	defer func() { f.streaming = false }()
+	for _, st := range f.stored {
+		if err := fn(st); err != nil {
+			return 0, err
+		}
+	}
+	return rev, nil
 }
 
 func (f *fakeBlockKeys) Key(scope string, p netip.Prefix) string {
@@ -53,12 +63,18 @@ func (f *fakeBlockKeys) Key(scope string, p netip.Prefix) string {
 }
 
 func (f *fakeBlockKeys) Remove(_ context.Context, key string, _ int64) (bool, error) {
+	if f.streaming {
+		f.writesInStream++
+	}
 	f.removed = append(f.removed, key)
 	return true, nil
 }
 
 func (f *fakeBlockKeys) Write(_ context.Context, al allocator.Allocation, _ []clientv3.Cmp, _ []clientv3.Op,
 	_ func([]*etcdserverpb.ResponseOp) error, _ ...clientv3.Op) (int64, error) {
+	if f.streaming {
+		f.writesInStream++
+	}
 	if f.overlapping[al.Prefix] {
 		return 0, &allocator.OverlapError{Allocation: al}
 	}
@@ -125,7 +141,10 @@ func TestVerifyBlocks(t *testing.T) {
 	f.storesBlocks(t, "bad", "bad", "n2", "10.2.0.96/27")
 	// gone: an object and keys of a Network that is no longer stored.
 	f.storesBlocks(t, "gone", "gone", "n1", "10.9.0.0/26")
-	f.stored = []allocator.Stored{allocation("ok", "ok", "10.0.0.0/24"), allocation("keys", "keys", "10.1.0.0/24"), allocation("bad", "bad", "10.2.0.0/24")}
+	// bare: no block key at all, not even its gateway's.
+	f.storesWithGateway(t, "bare", "bare", "10.4.0.0/24", "10.4.0.1")
+	f.stored = []allocator.Stored{allocation("ok", "ok", "10.0.0.0/24"), allocation("keys", "keys", "10.1.0.0/24"), allocation("bad", "bad", "10.2.0.0/24"),
+		allocation("bare", "bare", "10.4.0.0/24")}
 
 	keys := &fakeBlockKeys{overlapping: map[netip.Prefix]bool{netip.MustParsePrefix("10.1.0.192/27"): true}, stored: []allocator.Stored{
 		block("ok", "ok", "10.0.0.1/32", "", allocator.RoleGateway),
@@ -144,7 +163,7 @@ func TestVerifyBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]int{
-		ViolationBlockOrphan: 2, ViolationBlockMissing: 2, ViolationBlockOwner: 1, ViolationGatewayMissing: 1,
+		ViolationBlockOrphan: 2, ViolationBlockMissing: 2, ViolationBlockOwner: 1, ViolationGatewayMissing: 2,
 		ViolationBlockOutside: 1, ViolationBlockOverlap: 1, ViolationGatewayInBlock: 1, ViolationBlockNetworkGone: 2,
 	}
 	for kind, n := range want {
@@ -162,11 +181,14 @@ func TestVerifyBlocks(t *testing.T) {
 	if !slices.Equal(keys.removed, wantRemoved) {
 		t.Errorf("removed %v, want %v", keys.removed, wantRemoved)
 	}
-	// Restored: keys' 10.1.0.128/26 (10.1.0.192/27 would overlap) and keys' gateway key; bad's
-	// gateway is inside a block, so no key is written for it (only reported).
-	wantWritten := []string{"block 10.1.0.128/26 n1", "gateway 10.1.0.1/32 "}
+	// Restored: keys' 10.1.0.128/26 (10.1.0.192/27 would overlap) and the gateway keys of keys and
+	// bare; bad's gateway is inside a block, so no key is written for it (only reported).
+	wantWritten := []string{"block 10.1.0.128/26 n1", "gateway 10.1.0.1/32 ", "gateway 10.4.0.1/32 "}
 	slices.Sort(keys.written)
 	if !slices.Equal(keys.written, wantWritten) {
 		t.Errorf("written %v, want %v", keys.written, wantWritten)
+	}
+	if keys.writesInStream != 0 {
+		t.Errorf("%d fixes made while the block keys were streamed", keys.writesInStream)
 	}
 }

@@ -71,28 +71,33 @@ func healthyNetworks(b *testing.B, n int) (*fakeAllocations, *fakeBlockKeys, *fa
 }
 
 // readAllocations, readBlockKeys and readVNIKeys hand out a fresh copy of what they hold on every
-// List, decoded strings and all, as the allocator and the segment read them from etcd: what a
+// read, decoded strings and all, as the allocator and the segment read them from etcd: what a
 // verification reads is its own to hold.
 type readAllocations struct{ *fakeAllocations }
 type readBlockKeys struct{ *fakeBlockKeys }
 type readVNIKeys struct{ *fakeVNIKeys }
 
-func (f readAllocations) List(context.Context, int64) ([]allocator.Stored, int64, error) {
-	return readStored(f.stored), 7, nil
+func (f readAllocations) Each(_ context.Context, rev int64, fn func(allocator.Stored) error) (int64, error) {
+	return rev, eachRead(f.stored, fn)
 }
 
-func (f readBlockKeys) List(context.Context, int64) ([]allocator.Stored, int64, error) {
-	return readStored(f.stored), 7, nil
+func (f readBlockKeys) Each(_ context.Context, rev int64, fn func(allocator.Stored) error) (int64, error) {
+	return rev, eachRead(f.stored, fn)
 }
 
-func readStored(stored []allocator.Stored) []allocator.Stored {
-	var out []allocator.Stored
+func eachRead(stored []allocator.Stored, fn func(allocator.Stored) error) error {
 	for _, st := range stored {
-		st.Key, st.Scope = strings.Clone(st.Key), strings.Clone(st.Scope)
-		st.Owner = allocator.Owner{Namespace: strings.Clone(st.Owner.Namespace), Name: strings.Clone(st.Owner.Name), UID: strings.Clone(st.Owner.UID)}
-		out = append(out, st)
+		if err := fn(readOne(st)); err != nil {
+			return err
+		}
 	}
-	return out
+	return nil
+}
+
+func readOne(st allocator.Stored) allocator.Stored {
+	st.Key, st.Scope = strings.Clone(st.Key), strings.Clone(st.Scope)
+	st.Owner = allocator.Owner{Namespace: strings.Clone(st.Owner.Namespace), Name: strings.Clone(st.Owner.Name), UID: strings.Clone(st.Owner.UID)}
+	return st
 }
 
 func (f readVNIKeys) List(context.Context, int64) (segment.Stored, error) {

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -36,7 +37,6 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	"github.com/samplecrd/network-apiserver/pkg/etcdscan"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
-	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 )
 
 // DecodeFunc decodes a Network as the storage wrote it to etcd.
@@ -52,6 +52,8 @@ type Repair struct {
 	blocks *blockCheck
 	// vnis, when set, checks the Networks' VNI keys too (WithVNIs).
 	vnis *vniCheck
+	// lastNetworks is how many Networks the last pass read.
+	lastNetworks atomic.Int64
 }
 
 // errChangedMeanwhile is a fix's error when what the verifier read changed before the fix.
@@ -200,121 +202,158 @@ func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 
 func (r *Repair) verify(ctx context.Context) (Verification, error) {
 	for {
-		stored, rev, err := r.allocator.List(ctx, 0)
-		if err != nil {
-			return Verification{}, err
-		}
-		// One Network per allocation, when nothing is wrong: the slice is not grown by doubling.
-		networks := make([]etcdNetwork, 0, len(stored))
-		var v Verification
-		_, err = r.allocator.Scan(ctx, r.networksPrefix, rev, func(kv *mvccpb.KeyValue) error {
-			n, err := r.decode(ctx, kv)
-			if err != nil {
-				v.Violations = append(v.Violations, Violation{Kind: ViolationInvalid, Detail: fmt.Sprintf("%s cannot be decoded: %v", kv.Key, err)})
-				return nil
-			}
-			networks = append(networks, newEtcdNetwork(n, kv))
-			return nil
-		})
+		v, err := r.verifyOnce(ctx)
 		if errors.Is(err, rpctypes.ErrCompacted) {
-			continue // compacted between the two reads: read both again
+			continue // compacted during the pass: read everything again, at a newer revision
 		}
 		if err != nil {
 			return Verification{}, err
-		}
-		var blockKeys []allocator.Stored
-		var blockObjects []etcdBlockAllocation
-		if r.blocks != nil {
-			blockKeys, blockObjects, err = r.readBlocks(ctx, &v, rev)
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				continue
-			}
-			if err != nil {
-				return Verification{}, err
-			}
-		}
-		var vniKeys segment.Stored
-		if r.vnis != nil {
-			vniKeys, err = r.vnis.keys.List(ctx, rev)
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				continue
-			}
-			if err != nil {
-				return Verification{}, err
-			}
-		}
-		v.Revision, v.Networks = rev, len(networks)
-		byUID := indexNetworks(networks)
-		r.check(ctx, &v, stored, networks, byUID)
-		stored = nil // what is left to check does not need the allocations
-		if r.blocks != nil {
-			r.checkBlocks(ctx, &v, blockKeys, blockObjects, networks, byUID)
-			blockKeys, blockObjects = nil, nil
-		}
-		if r.vnis != nil {
-			r.checkVNIs(ctx, &v, vniKeys, networks, byUID)
 		}
 		return v, nil
 	}
 }
 
-func (r *Repair) check(ctx context.Context, v *Verification, stored []allocator.Stored, networks []etcdNetwork, byUID networkIndex) {
-	// The allocations by key, as positions in stored (a map of copies held a second ~200 bytes
-	// per Network); owned[i] says stored[i] is a stored Network's.
-	byKey := make(map[string]int, len(stored))
-	for i, st := range stored {
-		byKey[st.Key] = i
+// verifyOnce reads the Networks, which pins the revision, then checks the allocations, the
+// blocks and the VNIs read at that revision one after the other, so that each check's keys are
+// garbage before the next one's are read.
+func (r *Repair) verifyOnce(ctx context.Context) (Verification, error) {
+	var v Verification
+	// As many as the last pass found: the slice is not grown by doubling.
+	networks := make([]etcdNetwork, 0, r.lastNetworks.Load())
+	rev, err := r.allocator.Scan(ctx, r.networksPrefix, 0, func(kv *mvccpb.KeyValue) error {
+		n, err := r.decode(ctx, kv)
+		if err != nil {
+			v.Violations = append(v.Violations, Violation{Kind: ViolationInvalid, Detail: fmt.Sprintf("%s cannot be decoded: %v", kv.Key, err)})
+			return nil
+		}
+		networks = append(networks, newEtcdNetwork(n, kv))
+		return nil
+	})
+	if err != nil {
+		return v, err
 	}
-	owned := make([]bool, len(stored))
+	r.lastNetworks.Store(int64(len(networks)))
+	v.Revision, v.Networks = rev, len(networks)
+	byUID := indexNetworks(networks)
+	if err := r.check(ctx, &v, rev, networks, byUID); err != nil {
+		return v, err
+	}
+	if r.blocks != nil {
+		if err := r.checkBlocks(ctx, &v, rev, networks, byUID); err != nil {
+			return v, err
+		}
+	}
+	if r.vnis != nil {
+		keys, err := r.vnis.keys.List(ctx, rev)
+		if err != nil {
+			return v, err
+		}
+		r.checkVNIs(ctx, &v, keys, networks, byUID)
+	}
+	return v, nil
+}
+
+// check joins the allocation keys, streamed at rev in key order, with the Networks by each
+// Network's allocation key: the keys are never all held at once. The fixes it decides are made
+// once the stream has ended, so that no write is made while it is open and a pass that fails
+// (etcd compacted rev) has fixed nothing.
+func (r *Repair) check(ctx context.Context, v *Verification, rev int64, networks []etcdNetwork, byUID networkIndex) error {
 	report := func(kind string, fixed bool, format string, args ...any) {
 		v.Violations = append(v.Violations, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...), Fixed: fixed})
 	}
-	for _, sn := range networks {
+	// byKey: the Network whose allocation is at a key; more: the others whose allocation is at
+	// the same key (Networks that overlap, rare).
+	byKey := make(map[string]int, len(networks))
+	more := map[string][]int{}
+	for i, sn := range networks {
 		al, ok := r.scoping.AllocationFor(sn.Owner, sn.cidr)
 		if !ok {
 			report(ViolationInvalid, false, "network %s (uid %s) has no canonical prefix: %q", sn.Owner, sn.UID, sn.cidr)
 			continue
 		}
 		key := r.allocator.Key(al.Scope, al.Prefix)
-		i, ok := byKey[key]
-		var st allocator.Stored
-		if ok {
-			st = stored[i]
-		}
-		switch {
-		case !ok:
-			err := r.allocator.Restore(ctx, sn.key, sn.createRevision, al)
-			if err == nil {
-				repairs.WithLabelValues("restored").Inc()
-			}
-			report(ViolationMissing, err == nil, "network %s (uid %s, %s) has no allocation at %s%s", sn.Owner, sn.UID, al.Prefix, key, outcome(err))
-		case st.Corrupt == nil && st.Allocation == al:
-			owned[i] = true
-		case st.Corrupt == nil && st.Owner.UID != "" && byUID.has(st.Owner.UID):
-			// The key holds another stored Network's allocation: the two overlap (reported below).
-			owned[i] = true
-		default:
-			fixed, err := r.allocator.Rewrite(ctx, key, st.ModRevision, sn.key, sn.createRevision, al)
-			if fixed {
-				repairs.WithLabelValues("rewritten").Inc()
-				owned[i] = true
-			}
-			report(ViolationMismatch, fixed, "allocation %s of network %s (uid %s, %s) holds %s%s", key, sn.Owner, sn.UID, al.Prefix, describe(st), outcome(err))
-		}
-	}
-	for i, st := range stored {
-		if owned[i] {
+		if _, taken := byKey[key]; taken {
+			more[key] = append(more[key], i)
 			continue
 		}
+		byKey[key] = i
+	}
+	found := make([]bool, len(networks)) // the Network's allocation key exists
+	removeOrphan := func(st allocator.Stored) {
 		fixed, err := r.allocator.Remove(ctx, st.Key, st.ModRevision)
 		if fixed {
 			repairs.WithLabelValues("removed").Inc()
 		}
 		report(ViolationOrphan, fixed, "allocation %s (%s) belongs to no stored network%s", st.Key, describe(st), outcome(err))
 	}
+	var fixes []func()
+	_, err := r.allocator.Each(ctx, rev, func(st allocator.Stored) error {
+		first, ok := byKey[st.Key]
+		if !ok {
+			fixes = append(fixes, func() { removeOrphan(st) })
+			return nil
+		}
+		var mismatched []int
+		owned := false
+		judge := func(i int) {
+			found[i] = true
+			sn := networks[i]
+			al, _ := r.scoping.AllocationFor(sn.Owner, sn.cidr)
+			switch {
+			case st.Corrupt == nil && st.Allocation == al:
+				owned = true
+			case st.Corrupt == nil && st.Owner.UID != "" && byUID.has(st.Owner.UID):
+				// The key holds another stored Network's allocation: the two overlap (reported below).
+				owned = true
+			default:
+				mismatched = append(mismatched, i)
+			}
+		}
+		judge(first)
+		for _, i := range more[st.Key] {
+			judge(i)
+		}
+		if len(mismatched) == 0 {
+			return nil
+		}
+		fixes = append(fixes, func() {
+			for _, i := range mismatched {
+				sn := networks[i]
+				al, _ := r.scoping.AllocationFor(sn.Owner, sn.cidr)
+				fixed, err := r.allocator.Rewrite(ctx, st.Key, st.ModRevision, sn.key, sn.createRevision, al)
+				if fixed {
+					repairs.WithLabelValues("rewritten").Inc()
+					owned = true
+				}
+				report(ViolationMismatch, fixed, "allocation %s of network %s (uid %s, %s) holds %s%s", st.Key, sn.Owner, sn.UID, al.Prefix, describe(st), outcome(err))
+			}
+			if !owned {
+				removeOrphan(st) // none of the rewrites took the key
+			}
+		})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, fix := range fixes {
+		fix()
+	}
+	for i, sn := range networks {
+		al, ok := r.scoping.AllocationFor(sn.Owner, sn.cidr)
+		if !ok || found[i] {
+			continue
+		}
+		err := r.allocator.Restore(ctx, sn.key, sn.createRevision, al)
+		if err == nil {
+			repairs.WithLabelValues("restored").Inc()
+		}
+		report(ViolationMissing, err == nil, "network %s (uid %s, %s) has no allocation at %s%s", sn.Owner, sn.UID, al.Prefix, r.allocator.Key(al.Scope, al.Prefix), outcome(err))
+	}
 	for _, pair := range overlappingPairs(r.scoping, networks) {
 		report(ViolationOverlap, false, "networks %s and %s overlap", pair[0], pair[1])
 	}
+	return nil
 }
 
 func outcome(err error) string {

@@ -25,6 +25,7 @@ import (
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -40,15 +41,41 @@ type fakeAllocations struct {
 	restored []string
 	rewrote  []string
 	removed  []string
+	// compactions: how many of the next Eachs end in ErrCompacted after handing out every
+	// allocation; streaming: an Each is under way, and writesInStream counts the fixes made then.
+	compactions    int
+	streaming      bool
+	writesInStream int
 }
 
 var _ allocator.RepairInterface = &fakeAllocations{}
 
-func (f *fakeAllocations) List(context.Context, int64) ([]allocator.Stored, int64, error) {
-	return f.stored, 7, nil
+func (f *fakeAllocations) Each(_ context.Context, rev int64, fn func(allocator.Stored) error) (int64, error) {
+	f.streaming = true
+	defer func() { f.streaming = false }()
+	for _, st := range f.stored {
+		if err := fn(st); err != nil {
+			return 0, err
+		}
+	}
+	if f.compactions > 0 {
+		f.compactions--
+		return 0, rpctypes.ErrCompacted
+	}
+	return rev, nil
 }
 
+func (f *fakeAllocations) wrote() {
+	if f.streaming {
+		f.writesInStream++
+	}
+}
+
+// Scan reads at revision 7 when asked for the current one.
 func (f *fakeAllocations) Scan(_ context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+	if rev == 0 {
+		rev = 7
+	}
 	f.scanned = append(f.scanned, prefix)
 	for _, kv := range f.kvs {
 		if strings.HasPrefix(string(kv.Key), prefix) {
@@ -65,16 +92,19 @@ func (f *fakeAllocations) Key(scope string, p netip.Prefix) string {
 }
 
 func (f *fakeAllocations) Restore(_ context.Context, objKey string, _ int64, _ allocator.Allocation) error {
+	f.wrote()
 	f.restored = append(f.restored, objKey)
 	return nil
 }
 
 func (f *fakeAllocations) Rewrite(_ context.Context, key string, _ int64, _ string, _ int64, _ allocator.Allocation) (bool, error) {
+	f.wrote()
 	f.rewrote = append(f.rewrote, key)
 	return true, nil
 }
 
 func (f *fakeAllocations) Remove(_ context.Context, key string, _ int64) (bool, error) {
+	f.wrote()
 	f.removed = append(f.removed, key)
 	return true, nil
 }
@@ -141,5 +171,32 @@ func TestVerifyWithExplicitInputs(t *testing.T) {
 		!slices.Equal(f.rewrote, []string{"/alloc/_cluster/10.2.0.0/24"}) ||
 		!slices.Equal(f.removed, []string{"/alloc/_cluster/10.9.0.0/24"}) {
 		t.Errorf("restored %v, rewrote %v, removed %v; want the missing, the renamed and the gone one's", f.restored, f.rewrote, f.removed)
+	}
+}
+
+// The allocations are streamed: a fix is made only once the stream has ended, never while it is
+// open, and a pass whose stream fails (etcd compacted its revision) fixes nothing — the next
+// pass decides again, so each fix is made once.
+func TestVerifyFixesAfterTheStream(t *testing.T) {
+	f := &fakeAllocations{compactions: 2}
+	f.stores(t, "missing", "missing", "10.1.0.0/24")
+	f.stores(t, "renamed", "renamed", "10.2.0.0/24")
+	f.stored = []allocator.Stored{allocation("renamed", "old-uid", "10.2.0.0/24"), allocation("gone", "gone", "10.9.0.0/24")}
+	v, err := New(f, allocator.Scoping{}, "/networks/", decodeJSON).Verify(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.writesInStream != 0 {
+		t.Errorf("%d fixes made while the allocations were streamed", f.writesInStream)
+	}
+	if f.compactions != 0 || len(f.scanned) != 3 {
+		t.Errorf("%d compactions left, %d passes: want every pass read again after a compaction", f.compactions, len(f.scanned))
+	}
+	if !slices.Equal(f.restored, []string{"/networks/default/missing"}) || !slices.Equal(f.rewrote, []string{"/alloc/_cluster/10.2.0.0/24"}) ||
+		!slices.Equal(f.removed, []string{"/alloc/_cluster/10.9.0.0/24"}) {
+		t.Errorf("restored %v, rewrote %v, removed %v: want each fix once, from the pass that completed", f.restored, f.rewrote, f.removed)
+	}
+	if len(v.Violations) != 3 {
+		t.Errorf("violations %+v: want the three of the last pass", v.Violations)
 	}
 }
