@@ -256,25 +256,57 @@ type Stored struct {
 // List reads the keys at rev (0: now), streamed (see etcdscan).
 func (s *VNIs) List(ctx context.Context, rev int64) (Stored, error) {
 	out := Stored{ByVNI: map[int32]Key{}, ByUID: map[string]Key{}}
-	_, err := s.scanner.Scan(ctx, s.root+"/", rev, func(kv *mvccpb.KeyValue) error {
-		k := keyOf(kv)
-		rest := strings.TrimPrefix(k.Key, s.root+"/")
-		switch {
-		case strings.HasPrefix(rest, "vni/"):
-			v, err := strconv.ParseInt(strings.TrimPrefix(rest, "vni/"), 10, 32)
-			if err != nil {
-				out.Corrupt = append(out.Corrupt, k)
-				return nil
-			}
-			out.ByVNI[int32(v)] = k
-		case strings.HasPrefix(rest, "uid/"):
-			out.ByUID[strings.TrimPrefix(rest, "uid/")] = k
+	err := s.Each(ctx, rev, func(e Entry) error {
+		switch e.Kind {
+		case KindUID:
+			out.ByUID[e.UID] = e.Key
+		case KindVNI:
+			out.ByVNI[e.VNI] = e.Key
 		default:
-			out.Corrupt = append(out.Corrupt, k)
+			out.Corrupt = append(out.Corrupt, e.Key)
 		}
 		return nil
 	})
 	return out, err
+}
+
+// Entry is one key as Each reads it.
+type Entry struct {
+	Key
+	Kind Kind
+	UID  string // of a uid key, whose Value is the VNI
+	VNI  int32  // of a vni key, whose Value is the UID
+}
+
+// Kind is the form of a key under the root.
+type Kind int
+
+const (
+	// KindCorrupt: neither form (or a vni key whose VNI cannot be read).
+	KindCorrupt Kind = iota
+	// KindUID: <root>/uid/<uid>.
+	KindUID
+	// KindVNI: <root>/vni/<vni>.
+	KindVNI
+)
+
+// Each calls fn for every key at rev (0: now), in key order — every uid key before every vni
+// key, and the vni keys in VNI order — streamed (see etcdscan): List without holding them all.
+func (s *VNIs) Each(ctx context.Context, rev int64, fn func(Entry) error) error {
+	_, err := s.scanner.Scan(ctx, s.root+"/", rev, func(kv *mvccpb.KeyValue) error {
+		e := Entry{Key: keyOf(kv)}
+		rest := strings.TrimPrefix(e.Key.Key, s.root+"/")
+		switch {
+		case strings.HasPrefix(rest, "vni/"):
+			if v, err := strconv.ParseInt(strings.TrimPrefix(rest, "vni/"), 10, 32); err == nil {
+				e.Kind, e.VNI = KindVNI, int32(v)
+			}
+		case strings.HasPrefix(rest, "uid/"):
+			e.Kind, e.UID = KindUID, strings.TrimPrefix(rest, "uid/")
+		}
+		return fn(e)
+	})
+	return err
 }
 
 func keyOf(kv *mvccpb.KeyValue) Key {

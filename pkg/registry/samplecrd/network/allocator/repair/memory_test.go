@@ -75,7 +75,10 @@ func healthyNetworks(b *testing.B, n int) (*fakeAllocations, *fakeBlockKeys, *fa
 // verification reads is its own to hold.
 type readAllocations struct{ *fakeAllocations }
 type readBlockKeys struct{ *fakeBlockKeys }
-type readVNIKeys struct{ *fakeVNIKeys }
+type readVNIKeys struct {
+	*fakeVNIKeys
+	entries []segment.Entry // in key order
+}
 
 func (f readAllocations) Each(_ context.Context, rev int64, fn func(allocator.Stored) error) (int64, error) {
 	return rev, eachRead(f.stored, fn)
@@ -100,18 +103,15 @@ func readOne(st allocator.Stored) allocator.Stored {
 	return st
 }
 
-func (f readVNIKeys) List(context.Context, int64) (segment.Stored, error) {
-	out := segment.Stored{ByVNI: map[int32]segment.Key{}, ByUID: map[string]segment.Key{}}
-	clone := func(k segment.Key) segment.Key {
-		return segment.Key{Key: strings.Clone(k.Key), Value: strings.Clone(k.Value), ModRevision: k.ModRevision}
+func (f readVNIKeys) Each(_ context.Context, _ int64, fn func(segment.Entry) error) error {
+	for _, e := range f.entries {
+		e.Key = segment.Key{Key: strings.Clone(e.Key.Key), Value: strings.Clone(e.Value), ModRevision: e.ModRevision}
+		e.UID = strings.Clone(e.UID)
+		if err := fn(e); err != nil {
+			return err
+		}
 	}
-	for vni, k := range f.stored.ByVNI {
-		out.ByVNI[vni] = clone(k)
-	}
-	for uid, k := range f.stored.ByUID {
-		out.ByUID[strings.Clone(uid)] = clone(k)
-	}
-	return out, nil
+	return nil
 }
 
 // BenchmarkVerifyMemory reports what one verification of 100,000 healthy Networks holds and
@@ -123,7 +123,7 @@ func BenchmarkVerifyMemory(b *testing.B) {
 	const n = 100_000
 	f, blocks, vnis := healthyNetworks(b, n)
 	r := New(readAllocations{f}, allocator.Scoping{}, "/registry/samplecrd.k8s.io/networks/", decodeJSON).
-		WithBlocks(readBlockKeys{blocks}, "/registry/samplecrd.k8s.io/blockallocations/", decodeBlocksJSON).WithVNIs(readVNIKeys{vnis}, nil)
+		WithBlocks(readBlockKeys{blocks}, "/registry/samplecrd.k8s.io/blockallocations/", decodeBlocksJSON).WithVNIs(readVNIKeys{vnis, entries(vnis.stored)}, nil)
 	defer debug.SetGCPercent(debug.SetGCPercent(5))
 	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 	heap := func() uint64 {

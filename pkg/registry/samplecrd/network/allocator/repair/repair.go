@@ -244,11 +244,9 @@ func (r *Repair) verifyOnce(ctx context.Context) (Verification, error) {
 		}
 	}
 	if r.vnis != nil {
-		keys, err := r.vnis.keys.List(ctx, rev)
-		if err != nil {
+		if err := r.checkVNIs(ctx, &v, rev, networks, byUID); err != nil {
 			return v, err
 		}
-		r.checkVNIs(ctx, &v, keys, networks, byUID)
 	}
 	return v, nil
 }

@@ -17,6 +17,7 @@ limitations under the License.
 package repair
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +52,8 @@ var vniKinds = []string{ViolationVNIMissing, ViolationVNIDuplicate, ViolationVNI
 
 // VNIKeys is what the verifier needs of the VNI keys.
 type VNIKeys interface {
-	List(ctx context.Context, rev int64) (segment.Stored, error)
+	Each(ctx context.Context, rev int64, fn func(segment.Entry) error) error
+	UIDKey(uid string) string
 	Remove(ctx context.Context, key string, modRevision int64) (bool, error)
 	Assign(ctx context.Context, uid string, cmps []clientv3.Cmp, probes []clientv3.Op, check func([]*etcdserverpb.ResponseOp) error) (int32, error)
 }
@@ -74,9 +76,21 @@ func (r *Repair) WithVNIs(keys VNIKeys, mirror MirrorVNIFunc) *Repair {
 	return r
 }
 
-// checkVNIs checks the VNI invariant at one revision and fixes it, each key fix in a transaction
-// guarded by what it read.
-func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.Stored, networks []etcdNetwork, live networkIndex) {
+// vniState is what checkVNIs keeps of a Network's uid key.
+type vniState struct {
+	vni         int32 // the key's value, read as a VNI (parsed)
+	modRevision int64
+	has         bool // the Network has a uid key
+	parsed      bool // its value is a number
+	canonical   bool // ... written as the server writes it
+	paired      bool // the vni key of that VNI names this Network
+}
+
+// checkVNIs checks the VNI invariant at rev and fixes it, each key fix in a transaction guarded
+// by what it read. The keys are streamed: every uid key comes before every vni key, so a uid key
+// is kept as a few numbers beside its Network (vniState) and each vni key is judged as it
+// arrives; only keys to fix are held. The fixes are made once the stream has ended.
+func (r *Repair) checkVNIs(ctx context.Context, v *Verification, rev int64, networks []etcdNetwork, live networkIndex) error {
 	report := func(kind string, fixed bool, format string, args ...any) {
 		v.Violations = append(v.Violations, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...), Fixed: fixed})
 	}
@@ -90,69 +104,112 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 		}
 		return fixed, err
 	}
-	for _, k := range stored.Corrupt {
-		report(ViolationInvalid, false, "VNI key %s cannot be read", k.Key)
+	state := make([]vniState, len(networks))
+	// claims: the first Network whose uid key names a VNI, more: the others (duplicates, rare);
+	// odd: uid key values that are not written as the server writes a VNI, by Network (rare);
+	// heldBy: the UID a Network's VNI's vni key names, when it is another's (rare).
+	claims := make(map[int32]int, len(networks))
+	more := map[int32][]int{}
+	odd := map[int]string{}
+	heldBy := map[int]string{}
+	var gone []segment.Entry // uid keys of Networks that are gone, in uid order
+	type strayKey struct {
+		vni int32
+		key segment.Key
 	}
-	// Keys of Networks that are gone. (Only the keys to act on are sorted, for reports in VNI
-	// order: sorting all of them cost a second at a million Networks.)
-	var stray []int32
-	var buf [12]byte
-	for vni, k := range stored.ByVNI {
-		if back, ok := stored.ByUID[k.Value]; !live.has(k.Value) || !ok || back.Value != string(strconv.AppendInt(buf[:0], int64(vni), 10)) {
-			stray = append(stray, vni)
+	var stray []strayKey // vni keys no Network's uid key names back, in VNI order
+	err := r.vnis.keys.Each(ctx, rev, func(e segment.Entry) error {
+		switch e.Kind {
+		case segment.KindCorrupt:
+			report(ViolationInvalid, false, "VNI key %s cannot be read", e.Key.Key)
+		case segment.KindUID:
+			i, ok := live[e.UID]
+			if !ok {
+				gone = append(gone, e)
+				return nil
+			}
+			parsed, err := strconv.ParseInt(e.Value, 10, 32)
+			st := vniState{vni: int32(parsed), modRevision: e.ModRevision, has: true, parsed: err == nil}
+			st.canonical = st.parsed && strconv.FormatInt(parsed, 10) == e.Value
+			state[i] = st
+			if !st.canonical {
+				odd[i] = e.Value
+			}
+			if st.parsed {
+				if _, taken := claims[st.vni]; taken {
+					more[st.vni] = append(more[st.vni], i)
+				} else {
+					claims[st.vni] = i
+				}
+			}
+		case segment.KindVNI:
+			i, ok := live[e.Value]
+			if ok && state[i].parsed && state[i].vni == e.VNI {
+				state[i].paired = true
+			}
+			if !ok || !state[i].has || !state[i].canonical || state[i].vni != e.VNI {
+				stray = append(stray, strayKey{e.VNI, e.Key})
+			}
+			// The Networks whose uid key names this VNI but which this key does not name.
+			if c, claimed := claims[e.VNI]; claimed && (!ok || c != i) {
+				heldBy[c] = e.Value
+			}
+			for _, c := range more[e.VNI] {
+				if !ok || c != i {
+					heldBy[c] = e.Value
+				}
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	slices.Sort(stray)
-	for _, vni := range stray {
-		k := stored.ByVNI[vni]
-		switch back, ok := stored.ByUID[k.Value]; {
-		case !live.has(k.Value):
+	claims, more = nil, nil
+	// Keys of Networks that are gone, and leftovers.
+	slices.SortFunc(stray, func(a, b strayKey) int { return cmp.Compare(a.vni, b.vni) })
+	for _, sk := range stray {
+		vni, k := sk.vni, sk.key
+		switch i, ok := live[k.Value]; {
+		case !ok:
 			fixed, err := remove(k.Key, k.ModRevision)
 			report(ViolationVNINetworkGone, fixed, "VNI %d is held by network uid %s, which is gone%s", vni, k.Value, outcome(err))
-		case !ok || back.Value != strconv.FormatInt(int64(vni), 10):
+		default:
 			// Keys are written in pairs: a VNI key whose Network's key names another VNI (or
 			// none) is a leftover, which would hold its VNI forever.
 			fixed, err := remove(k.Key, k.ModRevision)
-			report(ViolationVNIDuplicate, fixed, "VNI %d is held by network uid %s, whose key names VNI %q%s", vni, k.Value, back.Value, outcome(err))
+			report(ViolationVNIDuplicate, fixed, "VNI %d is held by network uid %s, whose key names VNI %q%s", vni, k.Value, uidKeyValue(state[i], odd[i]), outcome(err))
 		}
 	}
-	var gone []string
-	for uid := range stored.ByUID {
-		if !live.has(uid) {
-			gone = append(gone, uid)
-		}
+	for _, k := range gone {
+		fixed, err := remove(k.Key.Key, k.ModRevision)
+		report(ViolationVNINetworkGone, fixed, "VNI key %s (VNI %s) belongs to network uid %s, which is gone%s", k.Key.Key, k.Value, k.UID, outcome(err))
 	}
-	slices.Sort(gone)
-	for _, uid := range gone {
-		k := stored.ByUID[uid]
-		fixed, err := remove(k.Key, k.ModRevision)
-		report(ViolationVNINetworkGone, fixed, "VNI key %s (VNI %s) belongs to network uid %s, which is gone%s", k.Key, k.Value, uid, outcome(err))
-	}
-	for _, sn := range networks {
+	for i, sn := range networks {
 		uid, name := sn.UID, sn.Owner
 		if uid == "" {
 			continue
 		}
 		var vni int32
-		k, ok := stored.ByUID[uid]
+		st := state[i]
+		ok := st.has
 		if ok {
-			parsed, err := strconv.ParseInt(k.Value, 10, 32)
-			back, held := stored.ByVNI[int32(parsed)]
-			if err == nil && held && back.Value == uid {
-				vni = int32(parsed)
+			if st.parsed && st.paired {
+				vni = st.vni
 			} else {
 				// Half a pair, or a VNI another Network holds: drop this side, then assign anew.
 				other := "no network"
-				if held {
-					other = "network uid " + back.Value
+				if h, held := heldBy[i]; held {
+					other = "network uid " + h
 				}
-				_, rerr := remove(k.Key, k.ModRevision)
+				value := uidKeyValue(st, odd[i])
+				_, rerr := remove(r.vnis.keys.UIDKey(uid), st.modRevision)
 				if rerr != nil {
-					report(ViolationVNIDuplicate, false, "network %s (uid %s) has VNI %s, whose key names %s%s", name, uid, k.Value, other, outcome(rerr))
+					report(ViolationVNIDuplicate, false, "network %s (uid %s) has VNI %s, whose key names %s%s", name, uid, value, other, outcome(rerr))
 					continue
 				}
 				ok = false
-				report(ViolationVNIDuplicate, true, "network %s (uid %s) had VNI %s, whose key names %s: its key was removed", name, uid, k.Value, other)
+				report(ViolationVNIDuplicate, true, "network %s (uid %s) had VNI %s, whose key names %s: its key was removed", name, uid, value, other)
 			}
 		}
 		if !ok {
@@ -178,4 +235,16 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, stored segment.
 			report(ViolationVNIStatus, err == nil, "network %s (uid %s) has status.vni %d, its key VNI %d%s", name, uid, sn.vni, vni, outcome(err))
 		}
 	}
+	return nil
+}
+
+// uidKeyValue is a uid key's value as stored ("" for none).
+func uidKeyValue(st vniState, odd string) string {
+	switch {
+	case !st.has:
+		return ""
+	case !st.canonical:
+		return odd
+	}
+	return strconv.FormatInt(int64(st.vni), 10)
 }

@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -39,13 +40,46 @@ type fakeVNIKeys struct {
 	full     bool // Assign answers that the range is exhausted
 	removed  []string
 	assigned []string
+	// streaming: an Each is under way; writesInStream counts the fixes made then.
+	streaming      bool
+	writesInStream int
 }
 
 var _ VNIKeys = &fakeVNIKeys{}
 
-func (f *fakeVNIKeys) List(context.Context, int64) (segment.Stored, error) { return f.stored, nil }
+func (f *fakeVNIKeys) Each(_ context.Context, _ int64, fn func(segment.Entry) error) error {
+	f.streaming = true
+	defer func() { f.streaming = false }()
+	for _, e := range entries(f.stored) {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeVNIKeys) UIDKey(uid string) string { return "/seg/uid/" + uid }
+
+// entries are the keys of s in key order, as etcd lists them.
+func entries(s segment.Stored) []segment.Entry {
+	var out []segment.Entry
+	for uid, k := range s.ByUID {
+		out = append(out, segment.Entry{Key: k, Kind: segment.KindUID, UID: uid})
+	}
+	for vni, k := range s.ByVNI {
+		out = append(out, segment.Entry{Key: k, Kind: segment.KindVNI, VNI: vni})
+	}
+	for _, k := range s.Corrupt {
+		out = append(out, segment.Entry{Key: k, Kind: segment.KindCorrupt})
+	}
+	slices.SortFunc(out, func(a, b segment.Entry) int { return strings.Compare(a.Key.Key, b.Key.Key) })
+	return out
+}
 
 func (f *fakeVNIKeys) Remove(_ context.Context, key string, _ int64) (bool, error) {
+	if f.streaming {
+		f.writesInStream++
+	}
 	f.removed = append(f.removed, key)
 	return true, nil
 }
@@ -53,6 +87,9 @@ func (f *fakeVNIKeys) Remove(_ context.Context, key string, _ int64) (bool, erro
 func (f *fakeVNIKeys) Assign(_ context.Context, uid string, cmps []clientv3.Cmp, _ []clientv3.Op, _ func([]*etcdserverpb.ResponseOp) error) (int32, error) {
 	if len(cmps) == 0 {
 		panic("an assignment without a guard on the Network")
+	}
+	if f.streaming {
+		f.writesInStream++
 	}
 	if f.full {
 		return 0, &segment.ExhaustedError{Range: segment.Range{First: 5, Last: 6}}
@@ -132,6 +169,21 @@ func TestVerifyVNIs(t *testing.T) {
 		for _, x := range v.Violations {
 			t.Logf("%s fixed=%v: %s", x.Kind, x.Fixed, x.Detail)
 		}
+	}
+	// Each report names what it found: whom the VNI key of a duplicate or half pair names.
+	for _, want := range []string{
+		"network default/dup (uid uid-dup) had VNI 100, whose key names network uid uid-ok: its key was removed",
+		"network default/half (uid uid-half) had VNI 102, whose key names no network: its key was removed",
+		"VNI 301 is held by network uid uid-ok, whose key names VNI \"100\"",
+		"VNI 300 is held by network uid uid-gone, which is gone",
+		"VNI key /seg/uid/uid-gone (VNI 300) belongs to network uid uid-gone, which is gone",
+	} {
+		if !slices.ContainsFunc(v.Violations, func(x Violation) bool { return x.Detail == want }) {
+			t.Errorf("no violation reads %q", want)
+		}
+	}
+	if keys.writesInStream != 0 {
+		t.Errorf("%d fixes made while the VNI keys were streamed", keys.writesInStream)
 	}
 	slices.Sort(keys.removed)
 	if w := []string{"/seg/uid/uid-dup", "/seg/uid/uid-gone", "/seg/uid/uid-half", "/seg/vni/300", "/seg/vni/301"}; !slices.Equal(keys.removed, w) {
