@@ -218,8 +218,9 @@ func (r *Repair) verify(ctx context.Context) (Verification, error) {
 // garbage before the next one's are read.
 func (r *Repair) verifyOnce(ctx context.Context) (Verification, error) {
 	var v Verification
-	// As many as the last pass found: the slice is not grown by doubling.
-	networks := make([]etcdNetwork, 0, r.lastNetworks.Load())
+	// Room for what the last pass found and an eighth more: the slice is not grown by doubling.
+	last := r.lastNetworks.Load()
+	networks := make([]etcdNetwork, 0, last+last/8)
 	rev, err := r.allocator.Scan(ctx, r.networksPrefix, 0, func(kv *mvccpb.KeyValue) error {
 		n, err := r.decode(ctx, kv)
 		if err != nil {
