@@ -401,6 +401,17 @@ func (b *bench) scaleMeasure(ctx context.Context, s *scaleSide, res *scaleResult
 		v := res.Verifier
 		step("%s: a verification of %d Networks took %.1f s (%.1f s of it paused), %.1f s of CPU: %.2f%% of a core at the default interval",
 			s.name, v.Networks, v.Seconds, v.PausedSeconds, v.CPUSeconds, 100*v.ShareOfCoreAtDefault)
+		_, rss, err := s.rss()
+		if err != nil {
+			return err
+		}
+		_, heap, err := s.heap(ctx)
+		if err != nil {
+			return err
+		}
+		v.RSSAfterPerObject = float64(rss-res.RSSBaseline) / float64(res.Stored)
+		v.HeapAfterPerObject = float64(heap-res.HeapBaseline) / float64(res.Stored)
+		step("%s: after it, RSS %.0f B and live heap %.0f B per stored object", s.name, v.RSSAfterPerObject, v.HeapAfterPerObject)
 	}
 	step("%s: restarting %s with %d stored", s.name, server, res.Stored)
 	stopping := time.Now()

@@ -51,6 +51,11 @@ type verifierResult struct {
 	IdleCores float64 `json:"idleCores"`
 	// ShareOfCoreAtDefault is CPUSeconds over the default interval (10 minutes).
 	ShareOfCoreAtDefault float64 `json:"shareOfCoreAtDefaultInterval"`
+	// RSSAfterPerObject and HeapAfterPerObject are the side's RSS and live heap once the
+	// verification has ended, less the baselines, per stored object: the memory rows after the
+	// fill depend on whether a verification fell into it, these always follow one.
+	RSSAfterPerObject  float64 `json:"rssBytesPerObjectAfter"`
+	HeapAfterPerObject float64 `json:"heapBytesPerObjectAfter"`
 }
 
 var verifiedLine = regexp.MustCompile(`"Verified the network allocations" networks=(\d+) revision=\d+ violations=\d+ took="([^"]+)" paused="([^"]+)"`)
