@@ -282,6 +282,7 @@ func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []
 		// Guarded by the Network's ModRevision as read: a gateway moved since must not get its
 		// old key back.
 		cmps, probes, check := unchanged(revisionGuard{sn.key, sn.modRevision, false})
+		gateway := gateway // captured here only: every Network's would move to the heap
 		later(func() {
 			_, err := r.blocks.keys.Write(ctx, gateway, cmps, probes, check)
 			if err == nil {

@@ -285,11 +285,31 @@ func (r *Repair) check(ctx context.Context, v *Verification, rev int64, networks
 		}
 		report(ViolationOrphan, fixed, "allocation %s (%s) belongs to no stored network%s", st.Key, describe(st), outcome(err))
 	}
+	// The fixes are built by functions of their own, which copy what they need: a closure made
+	// in the stream's callback would move every streamed key to the heap, not only those to fix.
+	orphanFix := func(st allocator.Stored) func() { return func() { removeOrphan(st) } }
+	rewriteFix := func(st allocator.Stored, mismatched []int, owned bool) func() {
+		return func() {
+			for _, i := range mismatched {
+				sn := networks[i]
+				al, _ := r.scoping.AllocationFor(sn.Owner, sn.cidr)
+				fixed, err := r.allocator.Rewrite(ctx, st.Key, st.ModRevision, sn.key, sn.createRevision, al)
+				if fixed {
+					repairs.WithLabelValues("rewritten").Inc()
+					owned = true
+				}
+				report(ViolationMismatch, fixed, "allocation %s of network %s (uid %s, %s) holds %s%s", st.Key, sn.Owner, sn.UID, al.Prefix, describe(st), outcome(err))
+			}
+			if !owned {
+				removeOrphan(st) // none of the rewrites took the key
+			}
+		}
+	}
 	var fixes []func()
 	_, err := r.allocator.Each(ctx, rev, func(st allocator.Stored) error {
 		first, ok := byKey[st.Key]
 		if !ok {
-			fixes = append(fixes, func() { removeOrphan(st) })
+			fixes = append(fixes, orphanFix(st))
 			return nil
 		}
 		var mismatched []int
@@ -312,24 +332,9 @@ func (r *Repair) check(ctx context.Context, v *Verification, rev int64, networks
 		for _, i := range more[st.Key] {
 			judge(i)
 		}
-		if len(mismatched) == 0 {
-			return nil
+		if len(mismatched) > 0 {
+			fixes = append(fixes, rewriteFix(st, mismatched, owned))
 		}
-		fixes = append(fixes, func() {
-			for _, i := range mismatched {
-				sn := networks[i]
-				al, _ := r.scoping.AllocationFor(sn.Owner, sn.cidr)
-				fixed, err := r.allocator.Rewrite(ctx, st.Key, st.ModRevision, sn.key, sn.createRevision, al)
-				if fixed {
-					repairs.WithLabelValues("rewritten").Inc()
-					owned = true
-				}
-				report(ViolationMismatch, fixed, "allocation %s of network %s (uid %s, %s) holds %s%s", st.Key, sn.Owner, sn.UID, al.Prefix, describe(st), outcome(err))
-			}
-			if !owned {
-				removeOrphan(st) // none of the rewrites took the key
-			}
-		})
 		return nil
 	})
 	if err != nil {
