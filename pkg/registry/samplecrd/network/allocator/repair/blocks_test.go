@@ -48,14 +48,7 @@ type fakeBlockKeys struct {
 var _ BlockKeys = &fakeBlockKeys{}
 
 func (f *fakeBlockKeys) Each(_ context.Context, rev int64, fn func(allocator.Stored) error) (int64, error) {
-	f.streaming = true
-	defer func() { f.streaming = false }()
-	for _, st := range f.stored {
-		if err := fn(st); err != nil {
-			return 0, err
-		}
-	}
-	return rev, nil
+	return rev, stream(&f.streaming, f.stored, fn)
 }
 
 func (f *fakeBlockKeys) Key(scope string, p netip.Prefix) string {

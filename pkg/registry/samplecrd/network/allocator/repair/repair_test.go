@@ -50,13 +50,21 @@ type fakeAllocations struct {
 
 var _ allocator.RepairInterface = &fakeAllocations{}
 
-func (f *fakeAllocations) Each(_ context.Context, rev int64, fn func(allocator.Stored) error) (int64, error) {
-	f.streaming = true
-	defer func() { f.streaming = false }()
-	for _, st := range f.stored {
+// stream hands fn every key of stored, with *streaming set while it does.
+func stream(streaming *bool, stored []allocator.Stored, fn func(allocator.Stored) error) error {
+	*streaming = true
+	defer func() { *streaming = false }()
+	for _, st := range stored {
 		if err := fn(st); err != nil {
-			return 0, err
+			return err
 		}
+	}
+	return nil
+}
+
+func (f *fakeAllocations) Each(_ context.Context, rev int64, fn func(allocator.Stored) error) (int64, error) {
+	if err := stream(&f.streaming, f.stored, fn); err != nil {
+		return 0, err
 	}
 	if f.compactions > 0 {
 		f.compactions--
