@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"math/big"
 	"net/netip"
+	"strings"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
@@ -42,6 +43,27 @@ func familyOf(a netip.Addr) string {
 }
 
 func addrHex(a netip.Addr) string { return hex.EncodeToString(a.AsSlice()) }
+
+// isKey says whether key is Key(scope, p), without building that string: the verifier checks
+// every allocation key it reads.
+func (a *Allocator) isKey(key, scope string, p netip.Prefix) bool {
+	for _, part := range [...]string{a.root, "/", scope, "/", familyOf(p.Addr()), "/"} {
+		var ok bool
+		if key, ok = strings.CutPrefix(key, part); !ok {
+			return false
+		}
+	}
+	var buf [32]byte
+	var n int
+	if addr := p.Masked().Addr(); addr.Is4() {
+		b := addr.As4()
+		n = hex.Encode(buf[:], b[:])
+	} else {
+		b := addr.As16()
+		n = hex.Encode(buf[:], b[:])
+	}
+	return key == string(buf[:n])
+}
 
 // lastAddr is the highest address of a prefix.
 var lastAddr = samplecrd.LastAddress

@@ -50,7 +50,7 @@ func (a *Allocator) stored(kv *mvccpb.KeyValue) Stored {
 	s := Stored{Key: string(kv.Key), ModRevision: kv.ModRevision}
 	s.Scope, _, _ = strings.Cut(strings.TrimPrefix(s.Key, a.Root()), "/")
 	r, p, err := decode(kv.Value)
-	if err == nil && a.Key(s.Scope, p) != s.Key {
+	if err == nil && !a.isKey(s.Key, s.Scope, p) {
 		err = fmt.Errorf("its prefix %s belongs at another key", p)
 	}
 	if err != nil {
