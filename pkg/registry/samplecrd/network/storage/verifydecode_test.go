@@ -75,9 +75,10 @@ func TestDecodeForVerifyReadsWhatDecodeReads(t *testing.T) {
 				Capacity:   &samplecrd.NetworkCapacity{Total: "13", Allocated: "0"}},
 		},
 	}
+	into := &samplecrd.Network{}
 	for _, mediaType := range []string{runtime.ContentTypeProtobuf, runtime.ContentTypeJSON} {
 		c := storageCodec(t, mediaType)
-		for i, n := range networks {
+		for i, n := range append(networks, networks[0]) {
 			_, stored, err := c.Encode(context.Background(), "/registry/networks/ns/x", n.DeepCopy())
 			if err != nil {
 				t.Fatal(err)
@@ -87,19 +88,19 @@ func TestDecodeForVerifyReadsWhatDecodeReads(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			light, err := c.DecodeForVerify(context.Background(), kv)
-			if err != nil {
+			// into holds what the Network before this one left: DecodeForVerify clears it.
+			if err := c.DecodeForVerify(context.Background(), kv, into); err != nil {
 				t.Fatal(err)
 			}
-			if got, want := verifyFields(light), verifyFields(full); !equality.Semantic.DeepEqual(got, want) {
+			if got, want := verifyFields(into), verifyFields(full); !equality.Semantic.DeepEqual(got, want) {
 				t.Errorf("%s, network %d: DecodeForVerify read %+v, Decode %+v", mediaType, i, got, want)
 			}
-			if _, walked := walkNetwork([]byte(stored)); walked != (mediaType == runtime.ContentTypeProtobuf) {
+			if walked := walkNetwork([]byte(stored), &samplecrd.Network{}); walked != (mediaType == runtime.ContentTypeProtobuf) {
 				t.Errorf("%s, network %d: walked %v", mediaType, i, walked)
 			}
 			// Cut short, the value is corrupt: both fail.
 			kv.Value = kv.Value[:len(kv.Value)-7]
-			if _, err := c.DecodeForVerify(context.Background(), kv); err == nil {
+			if err := c.DecodeForVerify(context.Background(), kv, &samplecrd.Network{}); err == nil {
 				t.Errorf("%s, network %d: DecodeForVerify of a truncated value did not fail", mediaType, i)
 			}
 		}

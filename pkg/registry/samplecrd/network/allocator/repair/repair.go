@@ -39,8 +39,9 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 )
 
-// DecodeFunc decodes a Network as the storage wrote it to etcd.
-type DecodeFunc func(ctx context.Context, kv *mvccpb.KeyValue) (*samplecrd.Network, error)
+// DecodeFunc decodes a Network as the storage wrote it to etcd into n, clearing n first: a
+// verification passes the same n for every Network it reads.
+type DecodeFunc func(ctx context.Context, kv *mvccpb.KeyValue, n *samplecrd.Network) error
 
 // Repair verifies the allocations of allocator against the Networks stored under networksPrefix.
 type Repair struct {
@@ -221,9 +222,9 @@ func (r *Repair) verifyOnce(ctx context.Context) (Verification, error) {
 	// Room for what the last pass found and an eighth more: the slice is not grown by doubling.
 	last := r.lastNetworks.Load()
 	networks := make([]etcdNetwork, 0, last+last/8)
+	n := &samplecrd.Network{} // each Network is decoded into it, and kept as an etcdNetwork
 	rev, err := r.allocator.Scan(ctx, r.networksPrefix, 0, func(kv *mvccpb.KeyValue) error {
-		n, err := r.decode(ctx, kv)
-		if err != nil {
+		if err := r.decode(ctx, kv, n); err != nil {
 			v.Violations = append(v.Violations, Violation{Kind: ViolationInvalid, Detail: fmt.Sprintf("%s cannot be decoded: %v", kv.Key, err)})
 			return nil
 		}

@@ -127,9 +127,9 @@ func (f *fakeAllocations) stores(t *testing.T, name, uid, cidr string) {
 	f.kvs = append(f.kvs, &mvccpb.KeyValue{Key: []byte("/networks/default/" + name), Value: data, CreateRevision: 1, ModRevision: 1})
 }
 
-func decodeJSON(_ context.Context, kv *mvccpb.KeyValue) (*samplecrd.Network, error) {
-	n := &samplecrd.Network{}
-	return n, json.Unmarshal(kv.Value, n)
+func decodeJSON(_ context.Context, kv *mvccpb.KeyValue, n *samplecrd.Network) error {
+	*n = samplecrd.Network{}
+	return json.Unmarshal(kv.Value, n)
 }
 
 func allocation(name, uid, cidr string) allocator.Stored {
