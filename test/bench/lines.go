@@ -279,20 +279,21 @@ func (r *results) scaleLines() {
 		}
 		return s.PagedList.MedianMs
 	})
+	line("restart: SIGTERM → exit", unitMs, false, 0, func(s *scaleResult) float64 { return s.RestartStopMs })
+	line("restart → /readyz", unitMs, false, 0, func(s *scaleResult) float64 { return s.RestartReadyMs })
+	// After the restart, without the watch cache's consistency checker (noConsistencyChecks).
 	if o != nil {
 		var vsec, vcpu, vshare, vrss, vheap *float64
 		if v := o.Verifier; v != nil {
 			vsec, vcpu, vshare = val(v.Seconds*1000), val(v.CPUSeconds*1000), val(v.ShareOfCoreAtDefault)
 			vrss, vheap = val(v.RSSAfterPerObject), val(v.HeapAfterPerObject)
 		}
-		r.oursOnly(name+": allocation verification, wall (paced)", unitMs, vsec)
-		r.oursOnly(name+": allocation verification, server CPU", unitCPU, vcpu)
-		r.oursOnly(name+": allocation verification, cores averaged over its 10 min interval (target ≤ 0.05)", unitCores, vshare)
-		r.oursOnly(name+": RSS per stored object, after the verification", unitPerObj, vrss)
-		r.oursOnly(name+": Go heap per stored object, after the verification", unitPerObj, vheap)
+		r.oursOnly(name+": restarted: allocation verification, wall (paced)", unitMs, vsec)
+		r.oursOnly(name+": restarted: allocation verification, server CPU", unitCPU, vcpu)
+		r.oursOnly(name+": restarted: allocation verification, cores averaged over its 10 min interval (target ≤ 0.05)", unitCores, vshare)
+		r.oursOnly(name+": restarted: RSS per stored object, after the verification", unitPerObj, vrss)
+		r.oursOnly(name+": restarted: Go heap per stored object, after the verification", unitPerObj, vheap)
 	}
-	line("restart: SIGTERM → exit", unitMs, false, 0, func(s *scaleResult) float64 { return s.RestartStopMs })
-	line("restart → /readyz", unitMs, false, 0, func(s *scaleResult) float64 { return s.RestartReadyMs })
 }
 
 // controllerLines are the controller step's rows: ours only (a CRD has no controller here).

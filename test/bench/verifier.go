@@ -29,7 +29,8 @@ import (
 
 // The scale point runs our server with a shorter verification interval than the default
 // (scaleVerifyInterval), so that a verification with the side filled comes within minutes, and
-// measures the server's CPU during one: from /proc/<pid>/stat sampled every cpuSampleEvery,
+// measures the server's CPU during one, after the restart, with the watch cache's consistency
+// checker off (noConsistencyChecks: otherwise a check falling into the window is counted too): from /proc/<pid>/stat sampled every cpuSampleEvery,
 // over the verification's window (its log line says how long it took), minus the server's idle
 // rate in the samples before the window. The cost at the default interval is that CPU over
 // defaultVerifyInterval.
@@ -53,7 +54,8 @@ type verifierResult struct {
 	ShareOfCoreAtDefault float64 `json:"shareOfCoreAtDefaultInterval"`
 	// RSSAfterPerObject and HeapAfterPerObject are the side's RSS and live heap once the
 	// verification has ended, less the baselines, per stored object: the memory rows after the
-	// fill depend on whether a verification fell into it, these always follow one.
+	// fill depend on whether a verification fell into it, these always follow one (on the
+	// restarted server).
 	RSSAfterPerObject  float64 `json:"rssBytesPerObjectAfter"`
 	HeapAfterPerObject float64 `json:"heapBytesPerObjectAfter"`
 }
