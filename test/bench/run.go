@@ -184,7 +184,9 @@ func (b *bench) waitServing(ctx context.Context, be backend, what string) error 
 // creates runs a parallel create of count new objects into ns through be.
 func (b *bench) creates(ctx context.Context, s *side, be backend, ns string, count int, what string) *createResult {
 	step("%s: %s: creating %d objects (%d stored), %d clients", s.name, what, count, s.stored, b.cfg.Clients)
-	before, lostBefore := b.sampleCPU(), b.lostGuards(ctx, s)
+	// /metrics is read before the CPU sample: the scrape's CPU is not the creates'.
+	lostBefore := b.lostGuards(ctx, s)
+	before := b.sampleCPU()
 	r := createMany(ctx, be, ns, s.next, count, b.cfg.Clients, false)
 	r.CPUMs = perOp(before, b.sampleCPU(), r.Created)
 	if lostAfter := b.lostGuards(ctx, s); lostBefore != nil && lostAfter != nil && r.Created > 0 {
