@@ -142,27 +142,18 @@ func (c CompletedConfig) New() (*Server, error) {
 	if c.extra.Events != nil {
 		storage.Status.Observe(capacityEvents(c.extra.Events))
 	}
-	listNetworks := func(ctx context.Context) ([]*samplecrd.Network, error) {
-		obj, err := storage.Network.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll),
-			&metainternalversion.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return nil, err
-		}
-		list := obj.(*samplecrd.NetworkList)
-		out := make([]*samplecrd.Network, len(list.Items))
-		for i := range list.Items {
-			out[i] = &list.Items[i]
-		}
-		return out, nil
+	if c.extra.CapacityMetrics.Mode != capacitymetrics.ModeNone {
+		// The gauges follow the watch cache: a scrape reads the index, never the Networks.
+		generic.AddPostStartHookOrDie("capacity-metrics", func(hook genericapiserver.PostStartHookContext) error {
+			index := capacitymetrics.NewIndex()
+			unregister := capacitymetrics.Register(index, c.extra.CapacityMetrics)
+			go func() {
+				defer unregister()
+				index.Follow(hook, storage.Network)
+			}()
+			return nil
+		})
 	}
-	generic.AddPostStartHookOrDie("capacity-metrics", func(hook genericapiserver.PostStartHookContext) error {
-		unregister := capacitymetrics.Register(listNetworks, c.extra.CapacityMetrics)
-		go func() {
-			<-hook.Done()
-			unregister()
-		}()
-		return nil
-	})
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(samplecrd.GroupName, Scheme, metav1.ParameterCodec, Codecs)
 	group.NegotiatedSerializer = groupSerializer(group.NegotiatedSerializer)

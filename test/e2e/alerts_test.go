@@ -62,15 +62,20 @@ func TestCapacityAlertsStandalone(t *testing.T) {
 	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
 	s := startStandalone(t, "--controllers=false")
 	fillNetwork(t, s)
-	out := s.kubectl(t, "get", "--raw", "/metrics")
-	for _, want := range []string{
-		`network_apiserver_network_addresses{name="nearly",namespace="default",state="used"} 13`,
-		`network_apiserver_network_addresses{name="nearly",namespace="default",state="available"} 0`,
-	} {
-		if !strings.Contains(out, want+"\n") {
-			t.Errorf("/metrics lacks %s", want)
+	// The gauges follow the watch cache: the last status write shows within moments.
+	eventually(t, time.Minute, "the gauges of the last status write on /metrics", func() (bool, string) {
+		out := s.kubectl(t, "get", "--raw", "/metrics")
+		var lacking []string
+		for _, want := range []string{
+			`network_apiserver_network_addresses{name="nearly",namespace="default",state="used"} 13`,
+			`network_apiserver_network_addresses{name="nearly",namespace="default",state="available"} 0`,
+		} {
+			if !strings.Contains(out, want+"\n") {
+				lacking = append(lacking, want)
+			}
 		}
-	}
+		return len(lacking) == 0, "/metrics lacks " + strings.Join(lacking, ", ")
+	})
 }
 
 // TestCapacityAlertsAggregated: behind kube-apiserver, the columns through kubectl, and the

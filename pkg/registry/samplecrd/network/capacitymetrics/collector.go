@@ -15,25 +15,20 @@ limitations under the License.
 */
 
 // Package capacitymetrics exports the Networks' status.capacity as Prometheus gauges on the
-// server's /metrics. A custom collector reads the Networks from the server's watch cache at
-// scrape time: nothing is kept or written per change, and a scrape sees what a LIST would.
+// server's /metrics. An Index, fed by a reflector on the server's watch cache, keeps each
+// Network's counts and each namespace's sums as they change; a custom collector writes them at
+// scrape time without reading a Network.
 package capacitymetrics
 
 import (
-	"context"
 	"fmt"
 	"math/big"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
-	"k8s.io/klog/v2"
-
-	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
 
 // Modes of the export (--capacity-metrics).
@@ -46,9 +41,6 @@ const (
 	// ModeNone exports no capacity series.
 	ModeNone = "none"
 )
-
-// listTimeout bounds a scrape's LIST of the Networks.
-const listTimeout = 10 * time.Second
 
 // Modes are the values --capacity-metrics takes.
 var Modes = []string{ModeNetwork, ModeNamespace, ModeNone}
@@ -79,9 +71,6 @@ var (
 		nil, nil, metrics.ALPHA, "")
 )
 
-// ListFunc lists every Network of the server's store (its watch cache).
-type ListFunc func(ctx context.Context) ([]*samplecrd.Network, error)
-
 // Options bound what a scrape exports.
 type Options struct {
 	// Mode is ModeNetwork, ModeNamespace or ModeNone ("" is ModeNetwork).
@@ -102,10 +91,10 @@ func (o Options) Validate() []error {
 	return errs
 }
 
-// source is one server's store and options.
+// source is one server's index and options.
 type source struct {
-	list ListFunc
-	opts Options
+	index *Index
+	opts  Options
 }
 
 // Collector exports the capacity gauges of the server's Networks.
@@ -127,16 +116,16 @@ var (
 	_            metrics.StableCollector = &Collector{}
 )
 
-// Register adds list, with opts, as the source of the process's collector (registering it with
+// Register adds index, with opts, as the source of the process's collector (registering it with
 // legacyregistry on first use), until the returned function is called.
-func Register(list ListFunc, opts Options) (unregister func()) {
+func Register(index *Index, opts Options) (unregister func()) {
 	registerOnce.Do(func() { legacyregistry.CustomMustRegister(registered) })
-	return registered.Add(list, opts)
+	return registered.Add(index, opts)
 }
 
-// Add makes list, with opts, the collector's source until the returned function is called.
-func (c *Collector) Add(list ListFunc, opts Options) func() {
-	s := &source{list: list, opts: opts}
+// Add makes index, with opts, the collector's source until the returned function is called.
+func (c *Collector) Add(index *Index, opts Options) func() {
+	s := &source{index: index, opts: opts}
 	c.mu.Lock()
 	c.sources = append(c.sources, s)
 	c.mu.Unlock()
@@ -154,7 +143,7 @@ func (c *Collector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- omittedNetworks
 }
 
-// CollectWithStability lists the Networks and exports their capacity.
+// CollectWithStability exports the capacity the latest source's index holds.
 func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 	c.mu.Lock()
 	var s *source
@@ -165,117 +154,11 @@ func (c *Collector) CollectWithStability(ch chan<- metrics.Metric) {
 	if s == nil || s.opts.Mode == ModeNone {
 		return
 	}
-	// A scrape waits for no slow store: a LIST of the watch cache answers at once when it is ready.
-	ctx, cancel := context.WithTimeout(context.Background(), listTimeout)
-	defer cancel()
-	networks, err := s.list(ctx)
-	if err != nil {
-		// A scrape without the gauges (absent, not zero) rather than a failed /metrics.
-		klog.ErrorS(err, "Listing Networks for the capacity metrics")
-		return
-	}
-	collect(ch, networks, s.opts)
-}
-
-// counts are a Network's parsed capacity: nil where a state is absent.
-type counts [4]*big.Int
-
-func parse(c *samplecrd.NetworkCapacity) (counts, bool) {
-	var out counts
-	if c == nil {
-		return out, false
-	}
-	for i, v := range []string{c.Total, c.Allocated, c.Used, c.Available} {
-		if v == "" {
-			continue
-		}
-		// Most counts fit a uint64: parsed without math/big's slower path.
-		if u, err := strconv.ParseUint(v, 10, 64); err == nil {
-			out[i] = new(big.Int).SetUint64(u)
-		} else if n, ok := new(big.Int).SetString(v, 10); ok {
-			out[i] = n
-		}
-	}
-	return out, true
+	s.index.collect(ch, s.opts)
 }
 
 // toFloat is n as the nearest float64: exact below 2^53.
 func toFloat(n *big.Int) float64 {
 	f, _ := new(big.Float).SetInt(n).Float64()
 	return f
-}
-
-// fullness is used/total, or -1 when unknown: what orders the Networks that get series.
-func (c counts) fullness() float64 {
-	if c[0] == nil || c[2] == nil || c[0].Sign() <= 0 {
-		return -1
-	}
-	f, _ := new(big.Rat).SetFrac(c[2], c[0]).Float64()
-	return f
-}
-
-type entry struct {
-	namespace, name string
-	counts          counts
-	fullness        float64
-}
-
-func collect(ch chan<- metrics.Metric, networks []*samplecrd.Network, opts Options) {
-	entries := make([]entry, 0, len(networks))
-	sums := map[string]*counts{}
-	for _, n := range networks {
-		c, ok := parse(n.Status.Capacity)
-		if !ok {
-			continue
-		}
-		entries = append(entries, entry{namespace: n.Namespace, name: n.Name, counts: c, fullness: c.fullness()})
-		sum := sums[n.Namespace]
-		if sum == nil {
-			sum = &counts{}
-			sums[n.Namespace] = sum
-		}
-		for i, v := range c {
-			if v == nil || (i >= 2 && c[2] == nil) {
-				continue
-			}
-			if sum[i] == nil {
-				sum[i] = new(big.Int)
-			}
-			sum[i].Add(sum[i], v)
-		}
-	}
-	for namespace, sum := range sums {
-		for i, v := range sum {
-			if v != nil {
-				ch <- metrics.NewLazyConstMetric(namespaceAddresses, metrics.GaugeValue, toFloat(v), namespace, states[i])
-			}
-		}
-	}
-	limit := 0
-	if opts.Mode == ModeNetwork || opts.Mode == "" {
-		limit = min(opts.MaxNetworks, len(entries))
-	}
-	if limit < len(entries) && limit > 0 {
-		// The fullest Networks keep their series: they are the ones alerts are about.
-		slices.SortFunc(entries, func(a, b entry) int {
-			switch {
-			case a.fullness > b.fullness:
-				return -1
-			case a.fullness < b.fullness:
-				return 1
-			}
-			if c := strings.Compare(a.namespace, b.namespace); c != 0 {
-				return c
-			}
-			return strings.Compare(a.name, b.name)
-		})
-	}
-	for _, e := range entries[:limit] {
-		for i, v := range e.counts {
-			if v != nil {
-				ch <- metrics.NewLazyConstMetric(networkAddresses, metrics.GaugeValue, toFloat(v), e.namespace, e.name, states[i])
-			}
-		}
-	}
-	ch <- metrics.NewLazyConstMetric(omittedNetworks, metrics.GaugeValue, float64(len(entries)-limit))
 }

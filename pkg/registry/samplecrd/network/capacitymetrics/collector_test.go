@@ -17,8 +17,6 @@ limitations under the License.
 package capacitymetrics
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -32,6 +30,19 @@ import (
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
+
+// indexOf is an index synced with networks.
+func indexOf(networks ...*samplecrd.Network) *Index {
+	x := NewIndex()
+	list := make([]any, len(networks))
+	for i, n := range networks {
+		list[i] = n
+	}
+	if err := x.Replace(list, "1"); err != nil {
+		panic(err)
+	}
+	return x
+}
 
 func network(namespace, name string, c *samplecrd.NetworkCapacity) *samplecrd.Network {
 	return &samplecrd.Network{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}, Status: samplecrd.NetworkStatus{Capacity: c}}
@@ -102,7 +113,7 @@ network_apiserver_network_addresses{name="v6",namespace="a",state="used"} 3
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := NewCollector()
-			remove := c.Add(func(context.Context) ([]*samplecrd.Network, error) { return testNetworks(), nil }, tc.opts)
+			remove := c.Add(indexOf(testNetworks()...), tc.opts)
 			defer remove()
 			if err := testutil.CustomCollectAndCompare(c, strings.NewReader(tc.want),
 				"network_apiserver_network_addresses", "network_apiserver_namespace_network_addresses",
@@ -114,13 +125,11 @@ network_apiserver_network_addresses{name="v6",namespace="a",state="used"} 3
 }
 
 // TestSources: the latest source is reported; removed, the one before it again; none, nothing;
-// a source that cannot list exports nothing (and fails no scrape).
+// an index not synced yet exports nothing (and fails no scrape).
 func TestSources(t *testing.T) {
 	c := NewCollector()
-	one := func(name string) ListFunc {
-		return func(context.Context) ([]*samplecrd.Network, error) {
-			return []*samplecrd.Network{network("ns", name, &samplecrd.NetworkCapacity{Total: "5", Allocated: "0", Used: "0", Available: "5"})}, nil
-		}
+	one := func(name string) *Index {
+		return indexOf(network("ns", name, &samplecrd.NetworkCapacity{Total: "5", Allocated: "0", Used: "0", Available: "5"}))
 	}
 	want := func(name string) string {
 		if name == "" {
@@ -149,8 +158,12 @@ network_apiserver_network_addresses{name="` + name + `",namespace="ns",state="us
 	check("the latest removed", "first")
 	removeFirst()
 	check("all removed", "")
-	defer c.Add(func(context.Context) ([]*samplecrd.Network, error) { return nil, errors.New("etcd is down") }, Options{Mode: ModeNetwork, MaxNetworks: 5})()
-	check("listing fails", "")
+	notSynced := NewIndex()
+	if err := notSynced.Add(network("ns", "early", &samplecrd.NetworkCapacity{Total: "5"})); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Add(notSynced, Options{Mode: ModeNetwork, MaxNetworks: 5})()
+	check("not synced", "")
 }
 
 func TestOptionsValidate(t *testing.T) {
@@ -192,7 +205,7 @@ func BenchmarkScrape(b *testing.B) {
 					&samplecrd.NetworkCapacity{Total: "253", Allocated: "64", Used: strconv.Itoa(i % 200), Available: strconv.Itoa(253 - i%200)})
 			}
 			c := NewCollector()
-			defer c.Add(func(context.Context) ([]*samplecrd.Network, error) { return networks, nil }, tc.opts)()
+			defer c.Add(indexOf(networks...), tc.opts)()
 			registry := metrics.NewKubeRegistry()
 			registry.CustomMustRegister(c)
 			handler := metrics.HandlerFor(registry, metrics.HandlerOpts{})
