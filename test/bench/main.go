@@ -66,6 +66,9 @@ type config struct {
 	AgentRate    float64 `json:"agentUpdatesPerSecond"`
 	// Only names the single workload to run ("" runs them all).
 	Only string `json:"only,omitempty"`
+	// CRDFirst runs the CRD's side of each step before ours: load that comes or goes during a
+	// run lands on the other side than with the default order.
+	CRDFirst bool `json:"crdFirst,omitempty"`
 	// The controller step (-only controller): Networks created and deleted, and the in-process
 	// controller's workers (0: the server's default).
 	ControllerNetworks int `json:"controllerNetworks,omitempty"`
@@ -198,6 +201,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Float64Var(&c.AgentRate, "agent-rate", 20, "node agents: updates per second, sent at a steady pace whether or not the ones before have been answered")
 	fs.StringVar(&c.Only, "only", "", "run only this workload: "+onlyAgents+" (fills to -agent-objects first) or "+onlyController+
 		" (a standalone network-apiserver with its controller in a network namespace the bench creates: -controller-networks created from -clients clients until Ready, then deleted; needs root)")
+	fs.BoolVar(&c.CRDFirst, "crd-first", false, "run the CRD's side of each step before ours (the default is ours first): alternate runs to see whether load that comes or goes favours one side")
 	fs.IntVar(&c.ControllerNetworks, "controller-networks", 1000, "controller step: Networks created and deleted")
 	fs.IntVar(&c.ControllerWorkers, "controller-workers", 0, "controller step: the controller's --controller-workers (0: the server's default)")
 	fs.IntVar(&c.Scale, "scale", 0, "instead of the comparison, the scale point (make bench-scale): store this many Networks in a standalone network-apiserver (embedded etcd, controllers off), then in the CRD")

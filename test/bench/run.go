@@ -67,7 +67,13 @@ func newBench(cfg config, cl *cluster) *bench {
 	}
 }
 
-func (b *bench) sides() []*side { return []*side{b.ours, b.crd} }
+// sides are the two sides in the order each step runs them (ours first unless -crd-first).
+func (b *bench) sides() []*side {
+	if b.cfg.CRDFirst {
+		return []*side{b.crd, b.ours}
+	}
+	return []*side{b.ours, b.crd}
+}
 
 // fail records a problem that does not stop the run but fails it.
 func (b *bench) fail(format string, args ...any) {
