@@ -42,10 +42,12 @@ import (
 // series (O(Networks) without an allocation per Network; nothing at all in mode namespace) and
 // writes the sums it already holds.
 type Index struct {
-	mu       sync.RWMutex
-	networks map[ref]entry
-	spaces   map[string]*space
-	synced   bool
+	mu sync.RWMutex
+	// spaces are the namespaces with a Network that has a capacity; count is how many such
+	// Networks there are in all.
+	spaces map[string]*space
+	count  int
+	synced bool
 	// scratch is a sum's addend, reused under mu.
 	scratch big.Int
 }
@@ -54,16 +56,17 @@ var _ cache.ReflectorStore = &Index{}
 
 // NewIndex returns an empty index that exports nothing until its first Replace.
 func NewIndex() *Index {
-	return &Index{networks: map[ref]entry{}, spaces: map[string]*space{}}
+	return &Index{spaces: map[string]*space{}}
 }
 
 // ref names a Network; its strings are the watched object's, not copies.
 type ref struct{ namespace, name string }
 
 // entry is a Network's status.capacity: bit i of has says whether states[i] is reported, and its
-// count is small[i], or large[i] when it does not fit a uint64 (IPv6 prefixes of /64 and shorter).
+// count is small[i], or large[i] when it does not fit a uint32 (IPv6 prefixes shorter than /96).
+// 32 bytes: with its name, 48 bytes a Network in its namespace's map.
 type entry struct {
-	small [4]uint64
+	small [4]uint32
 	large *[4]*big.Int
 	has   uint8
 }
@@ -82,7 +85,7 @@ func (e *entry) big(i int, into *big.Int) *big.Int {
 	if e.large != nil && e.large[i] != nil {
 		return e.large[i]
 	}
-	return into.SetUint64(e.small[i])
+	return into.SetUint64(uint64(e.small[i]))
 }
 
 // value is state i as the nearest float64: exact below 2^53.
@@ -104,11 +107,10 @@ func (e *entry) emit(ch chan<- metrics.Metric, key ref) {
 
 // fullness is used/total, or -1 when unknown: what orders the Networks that get series.
 func (e *entry) fullness() float64 {
-	const exact = 1 << 53
 	if !e.present(0) || !e.present(used) {
 		return -1
 	}
-	if e.large == nil && e.small[0] <= exact && e.small[used] <= exact {
+	if e.large == nil {
 		if e.small[0] == 0 {
 			return -1
 		}
@@ -134,8 +136,8 @@ func parse(c *samplecrd.NetworkCapacity) (e entry, ok bool) {
 		if v == "" {
 			continue
 		}
-		if u, err := strconv.ParseUint(v, 10, 64); err == nil {
-			e.small[i] = u
+		if u, err := strconv.ParseUint(v, 10, 32); err == nil {
+			e.small[i] = uint32(u)
 		} else if n, ok := new(big.Int).SetString(v, 10); ok {
 			if e.large == nil {
 				e.large = &[4]*big.Int{}
@@ -149,9 +151,9 @@ func parse(c *samplecrd.NetworkCapacity) (e entry, ok bool) {
 	return e, true
 }
 
-// space is a namespace's sums over its Networks with a capacity.
+// space is a namespace's Networks with a capacity, by name, and its sums over them.
 type space struct {
-	networks int
+	networks map[string]entry
 	// counted[i] is how many Networks' state i is in sum[i]; a sum nobody reports is not exported.
 	counted [4]int
 	sum     [4]big.Int
@@ -192,8 +194,7 @@ func (x *Index) Delete(obj any) error {
 func (x *Index) Replace(list []any, _ string) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.networks = make(map[ref]entry, len(list))
-	x.spaces = map[string]*space{}
+	x.spaces, x.count = map[string]*space{}, 0
 	for _, obj := range list {
 		n, ok := obj.(*samplecrd.Network)
 		if !ok {
@@ -219,7 +220,7 @@ func (x *Index) HasSynced() bool {
 func (x *Index) Len() int {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	return len(x.networks)
+	return x.count
 }
 
 func (x *Index) put(n *samplecrd.Network) {
@@ -229,13 +230,13 @@ func (x *Index) put(n *samplecrd.Network) {
 	if !ok {
 		return
 	}
-	x.networks[key] = e
 	s := x.spaces[key.namespace]
 	if s == nil {
-		s = &space{}
+		s = &space{networks: map[string]entry{}}
 		x.spaces[key.namespace] = s
 	}
-	s.networks++
+	s.networks[key.name] = e
+	x.count++
 	for i := range states {
 		if e.counted(i) {
 			s.counted[i]++
@@ -245,14 +246,17 @@ func (x *Index) put(n *samplecrd.Network) {
 }
 
 func (x *Index) remove(key ref) {
-	e, ok := x.networks[key]
+	s := x.spaces[key.namespace]
+	if s == nil {
+		return
+	}
+	e, ok := s.networks[key.name]
 	if !ok {
 		return
 	}
-	delete(x.networks, key)
-	s := x.spaces[key.namespace]
-	s.networks--
-	if s.networks == 0 {
+	delete(s.networks, key.name)
+	x.count--
+	if len(s.networks) == 0 {
 		delete(x.spaces, key.namespace)
 		return
 	}
@@ -280,31 +284,35 @@ func (x *Index) collect(ch chan<- metrics.Metric, opts Options) {
 	}
 	limit := 0
 	if opts.Mode == ModeNetwork || opts.Mode == "" {
-		limit = min(opts.MaxNetworks, len(x.networks))
+		limit = min(opts.MaxNetworks, x.count)
 	}
 	switch {
-	case limit == len(x.networks):
-		for key, e := range x.networks {
-			e.emit(ch, key)
+	case limit == x.count:
+		for namespace, s := range x.spaces {
+			for name, e := range s.networks {
+				e.emit(ch, ref{namespace, name})
+			}
 		}
 	case limit > 0:
 		// The fullest Networks keep their series: they are the ones alerts are about. A heap of
 		// the limit best, its root the worst kept, so most Networks cost one comparison.
 		kept := make(fullest, 0, limit)
-		for key, e := range x.networks {
-			c := candidate{key, e, e.fullness()}
-			if len(kept) < limit {
-				heap.Push(&kept, c)
-			} else if c.before(&kept[0]) {
-				kept[0] = c
-				heap.Fix(&kept, 0)
+		for namespace, s := range x.spaces {
+			for name, e := range s.networks {
+				c := candidate{ref{namespace, name}, e, e.fullness()}
+				if len(kept) < limit {
+					heap.Push(&kept, c)
+				} else if c.before(&kept[0]) {
+					kept[0] = c
+					heap.Fix(&kept, 0)
+				}
 			}
 		}
 		for i := range kept {
 			kept[i].emit(ch, kept[i].ref)
 		}
 	}
-	ch <- metrics.NewLazyConstMetric(omittedNetworks, metrics.GaugeValue, float64(len(x.networks)-limit))
+	ch <- metrics.NewLazyConstMetric(omittedNetworks, metrics.GaugeValue, float64(x.count-limit))
 }
 
 type candidate struct {

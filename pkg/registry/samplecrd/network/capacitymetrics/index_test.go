@@ -50,7 +50,8 @@ func exported(t testing.TB, x *Index, opts Options) string {
 }
 
 // randomCapacity draws the capacities a Network can have: none (no prefix), used unknown, exact
-// IPv4 counts, full, empty (total 0), counts beyond a uint64, and a count that is not a decimal.
+// IPv4 counts, full, empty (total 0), counts around 2^32 and beyond a uint64, and a count that is
+// not a decimal.
 func randomCapacity(r *rand.Rand) *samplecrd.NetworkCapacity {
 	total := r.IntN(300)
 	used := r.IntN(total + 1)
@@ -66,6 +67,9 @@ func randomCapacity(r *rand.Rand) *samplecrd.NetworkCapacity {
 		c.Used = "1"
 	case 3:
 		c.Allocated = "12x"
+	case 4:
+		// Around 2^32, where a count stops fitting the index's small form.
+		c.Total, c.Allocated, c.Used, c.Available = "4294967296", "4294967295", "4294967295", "1"
 	}
 	return c
 }
