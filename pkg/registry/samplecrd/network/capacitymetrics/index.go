@@ -59,7 +59,7 @@ func NewIndex() *Index {
 	return &Index{spaces: map[string]*space{}}
 }
 
-// ref names a Network; its strings are the watched object's, not copies.
+// ref names a Network; its strings are the watched object's (no copy is made for the index).
 type ref struct{ namespace, name string }
 
 // entry is a Network's status.capacity: bit i of has says whether states[i] is reported, and its
@@ -208,20 +208,6 @@ func (x *Index) Replace(list []any, _ string) error {
 
 // Resync has nothing to do: the index has no listeners.
 func (x *Index) Resync() error { return nil }
-
-// HasSynced says whether the index has had its first Replace.
-func (x *Index) HasSynced() bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return x.synced
-}
-
-// Len is the number of Networks with a capacity.
-func (x *Index) Len() int {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return x.count
-}
 
 func (x *Index) put(n *samplecrd.Network) {
 	key := ref{n.Namespace, n.Name}

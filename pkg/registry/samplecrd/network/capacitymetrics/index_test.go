@@ -139,8 +139,8 @@ func TestIndexFollowsChanges(t *testing.T) {
 	if got := exported(t, x, Options{Mode: ModeNetwork, MaxNetworks: 5}); got != omittedHelp+"network_apiserver_network_addresses_omitted_networks 0\n" {
 		t.Errorf("every Network deleted, the index exports\n%s", got)
 	}
-	if x.Len() != 0 || len(x.spaces) != 0 {
-		t.Errorf("every Network deleted, the index holds %d Networks and %d namespaces", x.Len(), len(x.spaces))
+	if x.count != 0 || len(x.spaces) != 0 {
+		t.Errorf("every Network deleted, the index holds %d Networks and %d namespaces", x.count, len(x.spaces))
 	}
 }
 
