@@ -89,6 +89,9 @@ type ExtraConfig struct {
 	// VerifyInterval is how often the allocation invariant is verified (and what is safe to fix,
 	// fixed), starting right after the server starts.
 	VerifyInterval time.Duration
+	// CompactionInterval is how often etcd's history is compacted (0: not by this server): a
+	// verification reads at one revision and paces itself to end well within it.
+	CompactionInterval time.Duration
 	// Events, set in attached mode, records the Events of Networks crossing 80% used; nil
 	// (standalone: no core API) records none.
 	Events record.EventRecorder
@@ -251,7 +254,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		})
 	}
 	generic.AddPostStartHookOrDie("verify-network-allocations", func(hook genericapiserver.PostStartHookContext) error {
-		go verifier.Run(hook, c.extra.VerifyInterval)
+		go verifier.Run(hook, c.extra.VerifyInterval, c.extra.CompactionInterval)
 		return nil
 	})
 	// Creates and deletes use the allocator's own etcd client: readiness covers it too.

@@ -95,8 +95,8 @@ func PacerFrom(ctx context.Context) *Pacer {
 	return p
 }
 
-// paced wraps fn with the pauses of ctx's pacer, if any.
-func paced(ctx context.Context, fn func(*mvccpb.KeyValue) error) func(*mvccpb.KeyValue) error {
+// Paced wraps fn with the pauses of ctx's pacer, if any.
+func Paced(ctx context.Context, fn func(*mvccpb.KeyValue) error) func(*mvccpb.KeyValue) error {
 	p := PacerFrom(ctx)
 	if p == nil {
 		return fn

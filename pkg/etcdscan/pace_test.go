@@ -77,7 +77,7 @@ func TestPacerKeepsItsDutyUntilItsEnd(t *testing.T) {
 func TestPacedScanPausesEveryThousandKeys(t *testing.T) {
 	p, f := fakePacer(0.5, time.Hour)
 	ctx := WithPacer(context.Background(), p)
-	fn := paced(ctx, func(*mvccpb.KeyValue) error {
+	fn := Paced(ctx, func(*mvccpb.KeyValue) error {
 		f.t = f.t.Add(time.Millisecond) // a key's work
 		return nil
 	})

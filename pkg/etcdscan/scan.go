@@ -67,7 +67,7 @@ func (s *Scanner) page() int64 {
 // and returns that revision. It streams the range; against an etcd without RangeStream it reads
 // pages instead.
 func (s *Scanner) Scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
-	fn = paced(ctx, fn)
+	fn = Paced(ctx, fn)
 	if !s.noStream.Load() {
 		got, err := s.scanStream(ctx, prefix, rev, fn)
 		if !errors.Is(err, errNoStream) {

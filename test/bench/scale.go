@@ -131,7 +131,7 @@ func (b *bench) scaleOurs(ctx context.Context, root string, target int, budget i
 	data := filepath.Join(dir, "data")
 	args := []string{filepath.Join(root, "_output", "bin", "network-apiserver"), "--data-dir", data,
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[0]), "--controllers=false",
-		"--allocation-verify-interval", scaleVerifyInterval.String()}
+		"--allocation-verify-interval", defaultVerifyInterval.String()}
 	if err := os.WriteFile(cl.Path("network-apiserver.args"), []byte(strings.Join(args, "\n")+"\n"), 0o644); err != nil {
 		return nil, err
 	}
@@ -421,7 +421,7 @@ func (b *bench) scaleMeasure(ctx context.Context, s *scaleSide, res *scaleResult
 	res.RestartReadyMs = ms(time.Since(started))
 	step("%s: ready %.2f s after the restart", s.name, res.RestartReadyMs/1000)
 	if s.verifies {
-		step("%s: waiting for a verification of the allocations (every %s here)", s.name, scaleVerifyInterval)
+		step("%s: waiting for a verification of the allocations (every %s, the default)", s.name, defaultVerifyInterval)
 		pid, err := s.cl.PID(server)
 		if err != nil {
 			return err

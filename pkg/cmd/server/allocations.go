@@ -98,6 +98,8 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 		Scoping:        allocator.Scoping{PerNamespace: o.OverlapScope == OverlapScopeNamespace},
 		Pools:          pools,
 		VerifyInterval: o.AllocationVerifyInterval,
+		// k8s.io/apiserver's compactor, which the generic storage runs at this interval.
+		CompactionInterval: storage.CompactionInterval,
 		// A sibling of allocations/, never under it: the repair of allocations removes every
 		// key there that no Network owns.
 		Blocks: allocator.New(client, storage.Prefix+"/blocks"),

@@ -471,6 +471,11 @@ func TestScanPages(t *testing.T) {
 			if a.scanner.Streaming() == pages {
 				t.Fatalf("streaming %v, want %v", a.scanner.Streaming(), !pages)
 			}
+			// Count counts the keys under a prefix now (the stand-in objects), not a range's
+			// neighbours.
+			if n, err := a.Count(ctx, "/obj/n"); err != nil || n != 10 {
+				t.Fatalf("Count(/obj/n) = %d, %v; want 10", n, err)
+			}
 		})
 	}
 }

@@ -43,6 +43,7 @@ type Interface interface {
 type RepairInterface interface {
 	Each(ctx context.Context, rev int64, fn func(Stored) error) (int64, error)
 	Scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error)
+	Count(ctx context.Context, prefix string) (int64, error)
 	Key(scope string, p netip.Prefix) string
 	Restore(ctx context.Context, objKey string, objCreateRevision int64, al Allocation) error
 	Rewrite(ctx context.Context, key string, keyModRevision int64, objKey string, objCreateRevision int64, al Allocation) (bool, error)

@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // List returns every stored allocation at revision rev (0: the current one) and that revision.
@@ -44,6 +45,16 @@ func (a *Allocator) Each(ctx context.Context, rev int64, fn func(Stored) error) 
 // and returns that revision (see etcdscan).
 func (a *Allocator) Scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
 	return a.scanner.Scan(ctx, prefix, rev, fn)
+}
+
+// Count returns how many keys start with prefix now (etcd counts them in its index, reading no
+// value).
+func (a *Allocator) Count(ctx context.Context, prefix string) (int64, error) {
+	resp, err := a.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Count, nil
 }
 
 func (a *Allocator) stored(kv *mvccpb.KeyValue) Stored {

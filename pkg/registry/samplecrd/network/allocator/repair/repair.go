@@ -55,6 +55,9 @@ type Repair struct {
 	vnis *vniCheck
 	// lastNetworks is how many Networks the last pass read.
 	lastNetworks atomic.Int64
+	// lastWork is how long the last verification worked (its time less its pauses), in
+	// nanoseconds: the next one's pacing plans for as much.
+	lastWork atomic.Int64
 }
 
 // errChangedMeanwhile is a fix's error when what the verifier read changed before the fix.
@@ -66,20 +69,65 @@ func New(alloc allocator.RepairInterface, scoping allocator.Scoping, networksPre
 	return &Repair{allocator: alloc, scoping: scoping, networksPrefix: networksPrefix, decode: decode}
 }
 
-// Pacing of the periodic verification: its scans work at most paceDuty of the wall time (they
-// pause in between), for at most a quarter of the interval and maxPaced; after that they run
-// unpaced. A verification reads at one etcd revision, and etcd's compaction (every 5 minutes by
-// default) must not overtake it.
+// Pacing of the periodic verification. A verification's work (reading, joining, fixing) is
+// spread evenly over a window: from its start, at most half the interval, maxWindow and
+// compactionShare of etcd's compaction interval (a verification reads at one revision, which a
+// compaction one interval after the revision's time removes). Its scans pause so that the work
+// expected (estimatedWork) fills planShare of the window; with no estimate they work firstDuty
+// of the wall time. Past the window's end a verification runs unpaced; a pass that a compaction
+// overtakes anyway is read again from the start.
 const (
-	paceDuty = 0.25
-	maxPaced = 2 * time.Minute
+	maxWindow       = 4 * time.Minute
+	compactionShare = 0.8
+	planShare       = 0.8
+	firstDuty       = 0.25
+	minDuty         = 0.02
+	// defaultWorkPerNetwork is the work expected per Network when no verification has read
+	// enough of them to tell (about what one took at a million Networks on two cores), and
+	// fewestToEstimate how many that is.
+	defaultWorkPerNetwork = 40 * time.Microsecond
+	fewestToEstimate      = 1000
 )
 
-// Run verifies every interval until ctx is done, starting now; each verification paces its
-// scans, so that at a million Networks it does not hold a core for its whole length.
-func (r *Repair) Run(ctx context.Context, interval time.Duration) {
+// pace returns the share of wall time a verification's work may take and how long it may pause
+// for: interval is the verification interval, compaction etcd's compaction interval (0: none
+// known) and work the work expected, pauses left out (0: no estimate).
+func pace(interval, compaction, work time.Duration) (duty float64, window time.Duration) {
+	window = min(interval/2, maxWindow)
+	if compaction > 0 {
+		window = min(window, time.Duration(float64(compaction)*compactionShare))
+	}
+	if work <= 0 {
+		return firstDuty, window
+	}
+	duty = float64(work) / (planShare * float64(window))
+	return min(max(duty, minDuty), 1), window
+}
+
+// estimatedWork is the work expected of a verification of n Networks: as long per Network as
+// the last verification's work, or defaultWorkPerNetwork when it read fewer than
+// fewestToEstimate (the Networks are most of what there is to read: each has its allocation, a
+// gateway key, its VNI keys and its blocks).
+func (r *Repair) estimatedWork(n int64) time.Duration {
+	perNetwork := defaultWorkPerNetwork
+	if last := r.lastNetworks.Load(); last >= fewestToEstimate {
+		perNetwork = time.Duration(r.lastWork.Load() / last)
+	}
+	return time.Duration(n) * perNetwork
+}
+
+// Run verifies every interval until ctx is done, starting now; each verification counts the
+// Networks and paces its scans to spread the work expected over its window (pace), so that at a
+// million Networks it takes a small share of a core for minutes instead of a core for most of a
+// minute. compaction is etcd's compaction interval, 0 when unknown or off.
+func (r *Repair) Run(ctx context.Context, interval, compaction time.Duration) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		pacer := etcdscan.NewPacer(paceDuty, time.Now().Add(min(interval/4, maxPaced)))
+		var work time.Duration
+		if n, err := r.allocator.Count(ctx, r.networksPrefix); err == nil {
+			work = r.estimatedWork(n)
+		}
+		duty, window := pace(interval, compaction, work)
+		pacer := etcdscan.NewPacer(duty, time.Now().Add(window))
 		if _, err := r.Verify(etcdscan.WithPacer(ctx, pacer)); err != nil {
 			klog.ErrorS(err, "Verifying network allocations failed")
 		}
@@ -197,6 +245,7 @@ func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 	if p := etcdscan.PacerFrom(ctx); p != nil {
 		paused = p.Paused
 	}
+	r.lastWork.Store(int64(took - paused))
 	klog.InfoS("Verified the network allocations", "networks", v.Networks, "revision", v.Revision, "violations", len(v.Violations), "took", took, "paused", paused)
 	return v, nil
 }

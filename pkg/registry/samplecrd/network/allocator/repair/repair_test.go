@@ -30,6 +30,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/etcdscan"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 )
 
@@ -79,8 +80,9 @@ func (f *fakeAllocations) wrote() {
 	}
 }
 
-// Scan reads at revision 7 when asked for the current one.
-func (f *fakeAllocations) Scan(_ context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+// Scan reads at revision 7 when asked for the current one, pausing as ctx's pacer says.
+func (f *fakeAllocations) Scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+	fn = etcdscan.Paced(ctx, fn)
 	if rev == 0 {
 		rev = 7
 	}
@@ -93,6 +95,16 @@ func (f *fakeAllocations) Scan(_ context.Context, prefix string, rev int64, fn f
 		}
 	}
 	return rev, nil
+}
+
+func (f *fakeAllocations) Count(_ context.Context, prefix string) (int64, error) {
+	var n int64
+	for _, kv := range f.kvs {
+		if strings.HasPrefix(string(kv.Key), prefix) {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func (f *fakeAllocations) Key(scope string, p netip.Prefix) string {
