@@ -67,36 +67,42 @@ func (s *Scanner) page() int64 {
 // and returns that revision. It streams the range; against an etcd without RangeStream it reads
 // pages instead.
 func (s *Scanner) Scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+	return s.scan(ctx, prefix, rev, fn)
+}
+
+// ScanKeys is Scan reading keys only: each KeyValue fn gets has its key and revisions and no
+// value. etcd 3.7 answers such a read from its in-memory index, reading no value from its
+// database (older versions read each value and drop it).
+func (s *Scanner) ScanKeys(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+	return s.scan(ctx, prefix, rev, fn, clientv3.WithKeysOnly())
+}
+
+func (s *Scanner) scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error, opts ...clientv3.OpOption) (int64, error) {
 	fn = Paced(ctx, fn)
 	if !s.noStream.Load() {
-		got, err := s.scanStream(ctx, prefix, rev, fn)
+		got, err := s.stream(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), rev, fn, opts...)
 		if !errors.Is(err, errNoStream) {
 			return got, err
 		}
 		s.noStream.Store(true)
 		klog.InfoS("etcd does not serve RangeStream: scans read pages", "prefix", prefix)
 	}
-	return s.scanPages(ctx, prefix, rev, fn)
+	return s.scanPages(ctx, prefix, rev, fn, opts...)
 }
 
 // errNoStream: the etcd server does not implement RangeStream.
 var errNoStream = errors.New("etcd does not serve RangeStream")
 
-// scanStream is Scan over one RangeStream: etcd pins the stream to one revision (rev, or its
-// current one, which the last chunk's header gives) and reads each key once.
-func (s *Scanner) scanStream(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
-	return s.stream(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), rev, fn)
-}
-
 // errEnough, returned by a stream's fn, ends the stream early: the caller has what it wanted.
 var errEnough = errors.New("enough keys read")
 
 // stream calls fn for every key of one RangeStream of [start, end) at revision rev (0: the
-// current one) and returns the revision it read at. A stream that fn ends early (with errEnough
+// current one), read with opts, and returns the revision it read at: etcd pins the stream to one
+// revision (rev, or its current one, which the last chunk's header gives) and reads each key once. A stream that fn ends early (with errEnough
 // or any error) returns fn's error and is drained, so that no goroutine of the client is left.
-func (s *Scanner) stream(ctx context.Context, start, end string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+func (s *Scanner) stream(ctx context.Context, start, end string, rev int64, fn func(*mvccpb.KeyValue) error, opts ...clientv3.OpOption) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	chunks, err := s.Client.GetStream(ctx, start, clientv3.WithRange(end), clientv3.WithRev(rev))
+	chunks, err := s.Client.GetStream(ctx, start, append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithRev(rev)}, opts...)...)
 	defer cancel()
 	if err != nil {
 		if status.Code(err) == codes.Unimplemented {
@@ -138,10 +144,10 @@ func (s *Scanner) stream(ctx context.Context, start, end string, rev int64, fn f
 }
 
 // scanPages is Scan in pages of listPage keys, each a unary Range at the first page's revision.
-func (s *Scanner) scanPages(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {
+func (s *Scanner) scanPages(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error, opts ...clientv3.OpOption) (int64, error) {
 	start, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	for {
-		resp, err := s.Client.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(s.page()), clientv3.WithRev(rev))
+		resp, err := s.Client.Get(ctx, start, append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(s.page()), clientv3.WithRev(rev)}, opts...)...)
 		if err != nil {
 			return 0, err
 		}

@@ -624,3 +624,99 @@ func ovlWaitForMetrics(t *testing.T, s *framework.Server, name string, want map[
 		t.Fatalf("%s never showed %v; last: %s", name, want, last)
 	}
 }
+
+// TestOvlKeysOnlyVerificationFindsChangedKeys: after the first verification, which reads every
+// allocation value, the server's verifications read the allocation keys without their values and
+// trust those written with their Network's create. Keys changed around the API since (a record
+// overwritten, an orphan) are still read, found and fixed, without a restart; an untouched key
+// stays as it is.
+func TestOvlKeysOnlyVerificationFindsChangedKeys(t *testing.T) {
+	s := framework.StartForTest(t, "--allocation-verify-interval=1s")
+	c := ovlClient(t, s)
+	keep, err := ovlCreate(c, "keysonly", ovlNetwork("keep", "10.50.0.0/16"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := ovlCreate(c, "keysonly", ovlNetwork("other", "10.51.0.0/16"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd := ovlEtcd(t, s)
+	defer etcd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Two verifications done: the next ones read keys only.
+	ovlWaitForVerifications(t, s, 2)
+	keepKey, otherKey := ovlAllocationsPrefix+"_cluster/4/0a320000", ovlAllocationsPrefix+"_cluster/4/0a330000"
+	before := ovlAllocations(t, etcd)
+	if want := (ovlRecord{CIDR: "10.51.0.0/16", Namespace: "keysonly", Name: "other", UID: string(other.UID)}); before[otherKey] != want {
+		t.Fatalf("other's allocation %+v, want %+v", before[otherKey], want)
+	}
+	otherRev := ovlModRevision(t, etcd, otherKey)
+	if _, err := etcd.Put(ctx, keepKey, `{"cidr":"10.50.0.0/16","namespace":"keysonly","name":"keep","uid":"someone-else"}`); err != nil {
+		t.Fatal(err)
+	}
+	stale := ovlAllocationsPrefix + "_cluster/4/0a340000"
+	if _, err := etcd.Put(ctx, stale, `{"cidr":"10.52.0.0/16","namespace":"ghost","name":"gone","uid":"gone-uid"}`); err != nil {
+		t.Fatal(err)
+	}
+	want := ovlRecord{CIDR: "10.50.0.0/16", Namespace: "keysonly", Name: "keep", UID: string(keep.UID)}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		allocs := ovlAllocations(t, etcd)
+		_, orphan := allocs[stale]
+		return allocs[keepKey] == want && !orphan, nil
+	})
+	if err != nil {
+		t.Fatalf("the verifier did not rewrite keep's record and remove the orphan: %v", ovlAllocations(t, etcd))
+	}
+	if rev := ovlModRevision(t, etcd, otherKey); rev != otherRev {
+		t.Errorf("other's untouched allocation was written (ModRevision %d, was %d)", rev, otherRev)
+	}
+	ovlAssertInvariant(t, c, etcd)
+}
+
+// ovlModRevision is key's ModRevision now.
+func ovlModRevision(t *testing.T, etcd *clientv3.Client, key string) int64 {
+	t.Helper()
+	resp, err := etcd.Get(context.Background(), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("reading %s: %v (%d keys)", key, err, len(resp.Kvs))
+	}
+	return resp.Kvs[0].ModRevision
+}
+
+// ovlWaitForVerifications waits until the server has ended at least n verifications.
+func ovlWaitForVerifications(t *testing.T, s *framework.Server, n float64) {
+	t.Helper()
+	cfg := rest.CopyConfig(s.Config)
+	cfg.Host = s.URL
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := client.Get(s.URL + "/metrics")
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return false, nil
+		}
+		total = 0
+		for _, line := range strings.Split(string(body), "\n") {
+			if rest, ok := strings.CutPrefix(line, "network_allocation_verifications_total{"); ok {
+				var v float64
+				if _, err := fmt.Sscan(rest[strings.Index(rest, "}")+1:], &v); err == nil {
+					total += v
+				}
+			}
+		}
+		return total >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("%v verifications after 60 s, want %v", total, n)
+	}
+}

@@ -95,6 +95,9 @@ type Stored struct {
 	ModRevision int64
 	// Corrupt is set when the value cannot be decoded; Allocation then holds only the scope.
 	Corrupt error
+	// Trusted is set when the key was read without its value and trusted (EachTrusting);
+	// Allocation then holds only the scope.
+	Trusted bool
 }
 
 // OverlapError says that an allocation overlaps an existing one.

@@ -572,3 +572,47 @@ func guardedWritesCount(t *testing.T, result string) float64 {
 	}
 	return v
 }
+
+// EachTrusting hands out the keys it is told to trust without reading their values, and reads
+// every other key's value at the revision asked for, not a newer one.
+func TestEachTrustingReadsUntrustedValuesAtItsRevision(t *testing.T) {
+	ctx := context.Background()
+	a := New(startEtcd(t), "/reg/allocations")
+	for i := range 3 {
+		if err := create(ctx, a, fmt.Sprintf("10.0.%d.0/24", i), fmt.Sprintf("n%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored, rev, err := a.List(ctx, 0)
+	if err != nil || len(stored) != 3 {
+		t.Fatalf("List: %d keys, %v", len(stored), err)
+	}
+	// The second key is written over after rev: its value at rev is still n1's.
+	if _, err := a.client.Put(ctx, stored[1].Key, Value(alloc("10.0.1.0/24", "later"))); err != nil {
+		t.Fatal(err)
+	}
+	trustFirst := func(key []byte, modRevision int64) bool {
+		return string(key) == stored[0].Key && modRevision == stored[0].ModRevision
+	}
+	var got []Stored
+	if _, err := a.EachTrusting(ctx, rev, trustFirst, func(st Stored) error {
+		got = append(got, st)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d keys, want 3", len(got))
+	}
+	if !got[0].Trusted || got[0].Key != stored[0].Key || got[0].Scope != ClusterScope || got[0].Owner != (Owner{}) {
+		t.Errorf("first key %+v, want it trusted, with its key and scope and no value", got[0])
+	}
+	for i, st := range got[1:] {
+		if st.Trusted || st.Corrupt != nil || st.Key != stored[i+1].Key || st.Owner != stored[i+1].Owner || st.ModRevision != stored[i+1].ModRevision {
+			t.Errorf("key %d: %+v, want the value read at revision %d: %+v", i+1, st, rev, stored[i+1])
+		}
+	}
+	if _, err := a.EachTrusting(ctx, 0, trustFirst, func(Stored) error { return nil }); err == nil {
+		t.Error("EachTrusting at revision 0: no error")
+	}
+}

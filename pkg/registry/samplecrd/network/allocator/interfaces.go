@@ -42,6 +42,7 @@ type Interface interface {
 // Networks at one revision, and to fix an allocation in a transaction guarded by what it read.
 type RepairInterface interface {
 	Each(ctx context.Context, rev int64, fn func(Stored) error) (int64, error)
+	EachTrusting(ctx context.Context, rev int64, trust func(key []byte, modRevision int64) bool, fn func(Stored) error) (int64, error)
 	Scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error)
 	Count(ctx context.Context, prefix string) (int64, error)
 	Key(scope string, p netip.Prefix) string

@@ -41,6 +41,31 @@ func (a *Allocator) Each(ctx context.Context, rev int64, fn func(Stored) error) 
 	return a.Scan(ctx, a.Root(), rev, func(kv *mvccpb.KeyValue) error { return fn(a.stored(kv)) })
 }
 
+// EachTrusting is Each reading keys only (etcdscan's ScanKeys: etcd reads no value from its
+// database). A key that trust accepts by its key and ModRevision is handed to fn with Trusted
+// set and only its scope; the value of every other key is read at rev and decoded as Each does.
+// rev must be a revision (not 0): the keys' values are read at it.
+func (a *Allocator) EachTrusting(ctx context.Context, rev int64, trust func(key []byte, modRevision int64) bool, fn func(Stored) error) (int64, error) {
+	if rev <= 0 {
+		return 0, fmt.Errorf("EachTrusting needs a revision, got %d", rev)
+	}
+	return a.scanner.ScanKeys(ctx, a.Root(), rev, func(kv *mvccpb.KeyValue) error {
+		if trust(kv.Key, kv.ModRevision) {
+			s := Stored{Key: string(kv.Key), ModRevision: kv.ModRevision, Trusted: true}
+			s.Scope, _, _ = strings.Cut(strings.TrimPrefix(s.Key, a.Root()), "/")
+			return fn(s)
+		}
+		resp, err := a.client.Get(ctx, string(kv.Key), clientv3.WithRev(rev))
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 {
+			return fmt.Errorf("%s, listed at revision %d, cannot be read at it", kv.Key, rev)
+		}
+		return fn(a.stored(resp.Kvs[0]))
+	})
+}
+
 // Scan calls fn for every key under prefix at revision rev (0: the current one), in key order,
 // and returns that revision (see etcdscan).
 func (a *Allocator) Scan(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue) error) (int64, error) {

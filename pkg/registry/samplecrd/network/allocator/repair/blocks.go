@@ -17,6 +17,7 @@ limitations under the License.
 package repair
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -65,6 +66,9 @@ var blockKinds = []string{ViolationBlockOrphan, ViolationBlockMissing, Violation
 // BlockKeys is what the verifier needs of the block keyspace's allocator.
 type BlockKeys interface {
 	Each(ctx context.Context, rev int64, fn func(allocator.Stored) error) (int64, error)
+	EachTrusting(ctx context.Context, rev int64, trust func(key []byte, modRevision int64) bool, fn func(allocator.Stored) error) (int64, error)
+	// Root is the key prefix of every block key, ending in "/" (a Network's UID follows).
+	Root() string
 	Key(scope string, p netip.Prefix) string
 	Remove(ctx context.Context, key string, modRevision int64) (bool, error)
 	Write(ctx context.Context, al allocator.Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
@@ -173,7 +177,31 @@ func (r *Repair) checkBlocks(ctx context.Context, v *Verification, rev int64, ne
 		}
 		run = run[:0]
 	}
-	_, err = r.blocks.keys.Each(ctx, rev, func(k allocator.Stored) error {
+	// A Network's create writes its gateway key (the only key of its scope it writes) in the
+	// same transaction: once a verification has read every value, a key of a Network's scope
+	// whose ModRevision is the Network's CreateRevision is that gateway key, read without its
+	// value (see check). Moving the gateway replaces the key, so a key left from the create is
+	// the current gateway's.
+	each := r.blocks.keys.Each
+	if r.valuesRead.Load() {
+		root := []byte(r.blocks.keys.Root())
+		trust := func(key []byte, modRevision int64) bool {
+			rest, ok := bytes.CutPrefix(key, root)
+			if !ok {
+				return false
+			}
+			end := bytes.IndexByte(rest, '/')
+			if end < 0 {
+				return false
+			}
+			i, ok := byUID[string(rest[:end])]
+			return ok && networks[i].createRevision == modRevision && networks[i].gateway != ""
+		}
+		each = func(ctx context.Context, rev int64, fn func(allocator.Stored) error) (int64, error) {
+			return r.blocks.keys.EachTrusting(ctx, rev, trust, fn)
+		}
+	}
+	_, err = each(ctx, rev, func(k allocator.Stored) error {
 		if len(run) > 0 && k.Scope != run[0].Scope {
 			endRun()
 		}
@@ -244,6 +272,8 @@ func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []
 	gatewayKey := false
 	for _, k := range keys {
 		switch {
+		case k.Trusted:
+			gatewayKey = true // written with the Network's create: its gateway key
 		case k.Corrupt != nil:
 			report(ViolationInvalid, false, "block key %s of network %s: %v", k.Key, name, k.Corrupt)
 		case k.Role == allocator.RoleGateway && hasGateway && k.Prefix == gateway.Prefix:

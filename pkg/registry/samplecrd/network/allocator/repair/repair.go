@@ -55,6 +55,9 @@ type Repair struct {
 	vnis *vniCheck
 	// lastNetworks is how many Networks the last pass read.
 	lastNetworks atomic.Int64
+	// valuesRead is set once a verification has read every allocation value: later ones read
+	// the allocation keys without their values and trust what the revisions tell (check).
+	valuesRead atomic.Bool
 	// lastWork is how long the last verification worked (its time less its pauses), in
 	// nanoseconds: the next one's pacing plans for as much.
 	lastWork atomic.Int64
@@ -220,6 +223,7 @@ func indexNetworks(networks []etcdNetwork) networkIndex {
 // concurrent create or delete is never undone. Overlapping Networks are only reported.
 func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 	registerMetrics()
+	keysOnly := r.valuesRead.Load() // check reads the allocation keys without their values
 	start := time.Now()
 	v, err := r.verify(ctx)
 	took := time.Since(start)
@@ -246,7 +250,8 @@ func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 		paused = p.Paused
 	}
 	r.lastWork.Store(int64(took - paused))
-	klog.InfoS("Verified the network allocations", "networks", v.Networks, "revision", v.Revision, "violations", len(v.Violations), "took", took, "paused", paused)
+	r.valuesRead.Store(true)
+	klog.InfoS("Verified the network allocations", "networks", v.Networks, "revision", v.Revision, "violations", len(v.Violations), "took", took, "paused", paused, "allocationKeysOnly", keysOnly)
 	return v, nil
 }
 
@@ -356,7 +361,34 @@ func (r *Repair) check(ctx context.Context, v *Verification, rev int64, networks
 		}
 	}
 	var fixes []func()
-	_, err := r.allocator.Each(ctx, rev, func(st allocator.Stored) error {
+	// A Network's create writes its allocation in the same transaction, so an allocation key
+	// whose ModRevision is the CreateRevision of a Network expected there holds that Network's
+	// allocation, unless something wrote that key in that very transaction around the API. Once
+	// a verification has read every value (the first of this process: records from before
+	// allocations carried the UID, a restored keyspace), the later ones read the keys without
+	// their values (from etcd's index) and read only the values of keys they cannot trust this way.
+	each := r.allocator.Each
+	if r.valuesRead.Load() {
+		trust := func(key []byte, modRevision int64) bool {
+			first, ok := byKey[string(key)]
+			if !ok {
+				return false
+			}
+			if networks[first].createRevision == modRevision {
+				return true
+			}
+			for _, i := range more[string(key)] {
+				if networks[i].createRevision == modRevision {
+					return true
+				}
+			}
+			return false
+		}
+		each = func(ctx context.Context, rev int64, fn func(allocator.Stored) error) (int64, error) {
+			return r.allocator.EachTrusting(ctx, rev, trust, fn)
+		}
+	}
+	_, err := each(ctx, rev, func(st allocator.Stored) error {
 		first, ok := byKey[st.Key]
 		if !ok {
 			fixes = append(fixes, orphanFix(st))
@@ -369,6 +401,10 @@ func (r *Repair) check(ctx context.Context, v *Verification, rev int64, networks
 			sn := networks[i]
 			al, _ := r.scoping.AllocationFor(sn.Owner, sn.cidr)
 			switch {
+			case st.Trusted:
+				// Written with the create of a Network expected here: this one's, or one it
+				// overlaps (reported below).
+				owned = true
 			case st.Corrupt == nil && st.Allocation == al:
 				owned = true
 			case st.Corrupt == nil && st.Owner.UID != "" && byUID.has(st.Owner.UID):

@@ -47,6 +47,8 @@ type fakeAllocations struct {
 	compactions    int
 	streaming      bool
 	writesInStream int
+	// trusted and valuesRead count the keys EachTrusting handed out without and with values.
+	trusted, valuesRead int
 }
 
 var _ allocator.RepairInterface = &fakeAllocations{}
@@ -70,6 +72,25 @@ func (f *fakeAllocations) Each(_ context.Context, rev int64, fn func(allocator.S
 	if f.compactions > 0 {
 		f.compactions--
 		return 0, rpctypes.ErrCompacted
+	}
+	return rev, nil
+}
+
+// EachTrusting hands out the keys trust accepts without their allocation, as the allocator does
+// after a keys-only read, and counts them apart from the keys whose values it hands out.
+func (f *fakeAllocations) EachTrusting(_ context.Context, rev int64, trust func([]byte, int64) bool, fn func(allocator.Stored) error) (int64, error) {
+	f.streaming = true
+	defer func() { f.streaming = false }()
+	for _, st := range f.stored {
+		if trust([]byte(st.Key), st.ModRevision) {
+			f.trusted++
+			st = allocator.Stored{Allocation: allocator.Allocation{Scope: st.Scope}, Key: st.Key, ModRevision: st.ModRevision, Trusted: true}
+		} else {
+			f.valuesRead++
+		}
+		if err := fn(st); err != nil {
+			return 0, err
+		}
 	}
 	return rev, nil
 }
@@ -218,5 +239,61 @@ func TestVerifyFixesAfterTheStream(t *testing.T) {
 	}
 	if len(v.Violations) != 3 {
 		t.Errorf("violations %+v: want the three of the last pass", v.Violations)
+	}
+}
+
+// storesCreatedAt is stores with the Network's CreateRevision (and ModRevision) rev.
+func (f *fakeAllocations) storesCreatedAt(t *testing.T, name, uid, cidr string, rev int64) {
+	f.stores(t, name, uid, cidr)
+	kv := f.kvs[len(f.kvs)-1]
+	kv.CreateRevision, kv.ModRevision = rev, rev
+}
+
+func allocationAt(name, uid, cidr string, modRevision int64) allocator.Stored {
+	st := allocation(name, uid, cidr)
+	st.ModRevision = modRevision
+	return st
+}
+
+// The first verification reads every allocation value. The later ones trust a key written with
+// the create of the Network expected there (same revision) without its value, and still find what
+// was written to the keys since: a key rewritten around the API, an orphan, a missing key.
+func TestLaterVerificationsTrustOnlyKeysWrittenWithTheirCreate(t *testing.T) {
+	f := &fakeAllocations{}
+	f.storesCreatedAt(t, "kept", "kept", "10.1.0.0/24", 11)
+	f.storesCreatedAt(t, "overwritten", "overwritten", "10.2.0.0/24", 12)
+	f.storesCreatedAt(t, "missing", "missing", "10.3.0.0/24", 14)
+	f.storesCreatedAt(t, "restored", "restored", "10.4.0.0/24", 15)
+	f.stored = []allocator.Stored{
+		allocationAt("kept", "kept", "10.1.0.0/24", 11),
+		allocationAt("someone", "else", "10.2.0.0/24", 30), // written over around the API
+		allocationAt("restored", "restored", "10.4.0.0/24", 16),
+		allocationAt("gone", "gone", "10.9.0.0/24", 13),
+	}
+	r := New(f, allocator.Scoping{}, "/networks/", decodeJSON)
+	want := map[string]int{ViolationMismatch: 1, ViolationOrphan: 1, ViolationMissing: 1, ViolationOverlap: 0}
+	for pass, keysOnly := range []bool{false, true} {
+		f.trusted, f.valuesRead = 0, 0
+		f.restored, f.rewrote, f.removed = nil, nil, nil
+		v, err := r.Verify(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for kind, n := range want {
+			if got := v.Count(kind); got != n {
+				t.Errorf("pass %d: %d %s violations, want %d: %+v", pass, got, kind, n, v.Violations)
+			}
+		}
+		if !slices.Equal(f.restored, []string{"/networks/default/missing"}) || !slices.Equal(f.rewrote, []string{"/alloc/_cluster/10.2.0.0/24"}) ||
+			!slices.Equal(f.removed, []string{"/alloc/_cluster/10.9.0.0/24"}) {
+			t.Errorf("pass %d: restored %v, rewrote %v, removed %v", pass, f.restored, f.rewrote, f.removed)
+		}
+		wantTrusted, wantRead := 0, 0
+		if keysOnly {
+			wantTrusted, wantRead = 1, 3
+		}
+		if f.trusted != wantTrusted || f.valuesRead != wantRead {
+			t.Errorf("pass %d: %d keys trusted and %d values read, want %d and %d", pass, f.trusted, f.valuesRead, wantTrusted, wantRead)
+		}
 	}
 }
