@@ -55,8 +55,8 @@ type Repair struct {
 	vnis *vniCheck
 	// lastNetworks is how many Networks the last pass read.
 	lastNetworks atomic.Int64
-	// valuesRead is set once a verification has read every allocation value: later ones read
-	// the allocation keys without their values and trust what the revisions tell (check).
+	// valuesRead is set once a verification has read every value: later ones read the allocation
+	// and block keys without their values and trust what the revisions tell (check, checkBlocks).
 	valuesRead atomic.Bool
 	// lastWork is how long the last verification worked (its time less its pauses), in
 	// nanoseconds: the next one's pacing plans for as much.
@@ -223,7 +223,7 @@ func indexNetworks(networks []etcdNetwork) networkIndex {
 // concurrent create or delete is never undone. Overlapping Networks are only reported.
 func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 	registerMetrics()
-	keysOnly := r.valuesRead.Load() // check reads the allocation keys without their values
+	keysOnly := r.valuesRead.Load() // the allocation and block keys are read without their values
 	start := time.Now()
 	v, err := r.verify(ctx)
 	took := time.Since(start)
@@ -251,7 +251,7 @@ func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 	}
 	r.lastWork.Store(int64(took - paused))
 	r.valuesRead.Store(true)
-	klog.InfoS("Verified the network allocations", "networks", v.Networks, "revision", v.Revision, "violations", len(v.Violations), "took", took, "paused", paused, "allocationKeysOnly", keysOnly)
+	klog.InfoS("Verified the network allocations", "networks", v.Networks, "revision", v.Revision, "violations", len(v.Violations), "took", took, "paused", paused, "keysOnly", keysOnly)
 	return v, nil
 }
 
