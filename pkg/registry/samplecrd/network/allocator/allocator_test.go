@@ -573,46 +573,56 @@ func guardedWritesCount(t *testing.T, result string) float64 {
 	return v
 }
 
-// EachTrusting hands out the keys it is told to trust without reading their values, and reads
-// every other key's value at the revision asked for, not a newer one.
+// EachTrusting hands out the keys it is told to trust without reading their values, reads every
+// other key's value at the revision asked for (not a newer one), in batches, and keeps key order.
 func TestEachTrustingReadsUntrustedValuesAtItsRevision(t *testing.T) {
 	ctx := context.Background()
 	a := New(startEtcd(t), "/reg/allocations")
-	for i := range 3 {
-		if err := create(ctx, a, fmt.Sprintf("10.0.%d.0/24", i), fmt.Sprintf("n%d", i)); err != nil {
+	const n = 2*trustBatch + 50 // three batches of values
+	for i := range n {
+		if err := create(ctx, a, fmt.Sprintf("10.%d.%d.0/24", i/256, i%256), fmt.Sprintf("n%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	stored, rev, err := a.List(ctx, 0)
-	if err != nil || len(stored) != 3 {
+	if err != nil || len(stored) != n {
 		t.Fatalf("List: %d keys, %v", len(stored), err)
 	}
-	// The second key is written over after rev: its value at rev is still n1's.
-	if _, err := a.client.Put(ctx, stored[1].Key, Value(alloc("10.0.1.0/24", "later"))); err != nil {
+	// A key read with its value is written over after rev: its value at rev is still the old one.
+	if _, err := a.client.Put(ctx, stored[1].Key, Value(alloc(stored[1].Prefix.String(), "later"))); err != nil {
 		t.Fatal(err)
 	}
-	trustFirst := func(key []byte, modRevision int64) bool {
-		return string(key) == stored[0].Key && modRevision == stored[0].ModRevision
+	trustEveryThird := func(key []byte, modRevision int64) bool {
+		for i := 0; i < n; i += 3 {
+			if string(key) == stored[i].Key {
+				return modRevision == stored[i].ModRevision
+			}
+		}
+		return false
 	}
 	var got []Stored
-	if _, err := a.EachTrusting(ctx, rev, trustFirst, func(st Stored) error {
+	if _, err := a.EachTrusting(ctx, rev, trustEveryThird, func(st Stored) error {
 		got = append(got, st)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 {
-		t.Fatalf("%d keys, want 3", len(got))
+	if len(got) != n {
+		t.Fatalf("%d keys, want %d", len(got), n)
 	}
-	if !got[0].Trusted || got[0].Key != stored[0].Key || got[0].Scope != ClusterScope || got[0].Owner != (Owner{}) {
-		t.Errorf("first key %+v, want it trusted, with its key and scope and no value", got[0])
-	}
-	for i, st := range got[1:] {
-		if st.Trusted || st.Corrupt != nil || st.Key != stored[i+1].Key || st.Owner != stored[i+1].Owner || st.ModRevision != stored[i+1].ModRevision {
-			t.Errorf("key %d: %+v, want the value read at revision %d: %+v", i+1, st, rev, stored[i+1])
+	for i, st := range got {
+		if st.Key != stored[i].Key || st.ModRevision != stored[i].ModRevision || st.Scope != ClusterScope {
+			t.Fatalf("key %d: %+v, want %s at revision %d (key order)", i, st, stored[i].Key, stored[i].ModRevision)
+		}
+		if i%3 == 0 {
+			if !st.Trusted || st.Owner != (Owner{}) {
+				t.Errorf("key %d: %+v, want it trusted and read without its value", i, st)
+			}
+		} else if st.Trusted || st.Corrupt != nil || st.Owner != stored[i].Owner {
+			t.Errorf("key %d: %+v, want the value read at revision %d: %+v", i, st, rev, stored[i])
 		}
 	}
-	if _, err := a.EachTrusting(ctx, 0, trustFirst, func(Stored) error { return nil }); err == nil {
+	if _, err := a.EachTrusting(ctx, 0, trustEveryThird, func(Stored) error { return nil }); err == nil {
 		t.Error("EachTrusting at revision 0: no error")
 	}
 }
