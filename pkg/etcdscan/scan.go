@@ -98,8 +98,9 @@ var errEnough = errors.New("enough keys read")
 
 // stream calls fn for every key of one RangeStream of [start, end) at revision rev (0: the
 // current one), read with opts, and returns the revision it read at: etcd pins the stream to one
-// revision (rev, or its current one, which the last chunk's header gives) and reads each key once. A stream that fn ends early (with errEnough
-// or any error) returns fn's error and is drained, so that no goroutine of the client is left.
+// revision (rev, or its current one, which the last chunk's header gives) and reads each key
+// once. A stream that fn ends early (with errEnough or any error) returns fn's error and is
+// drained, so that no goroutine of the client is left.
 func (s *Scanner) stream(ctx context.Context, start, end string, rev int64, fn func(*mvccpb.KeyValue) error, opts ...clientv3.OpOption) (int64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	chunks, err := s.Client.GetStream(ctx, start, append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithRev(rev)}, opts...)...)
