@@ -585,26 +585,11 @@ func TestOvlAllocationsSurviveRestartAndAreVerified(t *testing.T) {
 // ovlWaitForMetrics waits until the server's /metrics shows want for every kind label of name.
 func ovlWaitForMetrics(t *testing.T, s *framework.Server, name string, want map[string]float64) {
 	t.Helper()
-	cfg := rest.CopyConfig(s.Config)
-	cfg.Host = s.URL
-	client, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var last string
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		resp, err := client.Get(s.URL + "/metrics")
-		if err != nil {
-			return false, nil
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return false, nil
-		}
+	err := ovlPollMetrics(t, s, func(body string) bool {
 		got := map[string]float64{}
 		var lines []string
-		for _, line := range strings.Split(string(body), "\n") {
+		for _, line := range strings.Split(body, "\n") {
 			var kind string
 			var v float64
 			if _, err := fmt.Sscanf(line, name+"{kind=%q} %g", &kind, &v); err == nil {
@@ -615,14 +600,38 @@ func ovlWaitForMetrics(t *testing.T, s *framework.Server, name string, want map[
 		last = strings.Join(lines, "; ")
 		for k, v := range want {
 			if g, ok := got[k]; !ok || g != v {
-				return false, nil
+				return false
 			}
 		}
-		return true, nil
+		return true
 	})
 	if err != nil {
 		t.Fatalf("%s never showed %v; last: %s", name, want, last)
 	}
+}
+
+// ovlPollMetrics reads the server's /metrics every 100 ms until done says so of its text, for at
+// most a minute.
+func ovlPollMetrics(t *testing.T, s *framework.Server, done func(body string) bool) error {
+	t.Helper()
+	cfg := rest.CopyConfig(s.Config)
+	cfg.Host = s.URL
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
+		resp, err := client.Get(s.URL + "/metrics")
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return false, nil
+		}
+		return done(string(body)), nil
+	})
 }
 
 // TestOvlKeysOnlyVerificationFindsChangedKeys: after the first verification, which reads every
@@ -688,25 +697,10 @@ func ovlModRevision(t *testing.T, etcd *clientv3.Client, key string) int64 {
 // ovlWaitForVerifications waits until the server has ended at least n verifications.
 func ovlWaitForVerifications(t *testing.T, s *framework.Server, n float64) {
 	t.Helper()
-	cfg := rest.CopyConfig(s.Config)
-	cfg.Host = s.URL
-	client, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var total float64
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
-		resp, err := client.Get(s.URL + "/metrics")
-		if err != nil {
-			return false, nil
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			return false, nil
-		}
+	err := ovlPollMetrics(t, s, func(body string) bool {
 		total = 0
-		for _, line := range strings.Split(string(body), "\n") {
+		for _, line := range strings.Split(body, "\n") {
 			if rest, ok := strings.CutPrefix(line, "network_allocation_verifications_total{"); ok {
 				var v float64
 				if _, err := fmt.Sscan(rest[strings.Index(rest, "}")+1:], &v); err == nil {
@@ -714,7 +708,7 @@ func ovlWaitForVerifications(t *testing.T, s *framework.Server, n float64) {
 				}
 			}
 		}
-		return total >= n, nil
+		return total >= n
 	})
 	if err != nil {
 		t.Fatalf("%v verifications after 60 s, want %v", total, n)
