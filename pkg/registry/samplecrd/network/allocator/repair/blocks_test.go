@@ -56,18 +56,9 @@ func (f *fakeBlockKeys) Each(_ context.Context, rev int64, fn func(allocator.Sto
 // EachTrusting hands out the keys trust accepts without their allocation, as the allocator does
 // after a keys-only read, and counts them.
 func (f *fakeBlockKeys) EachTrusting(_ context.Context, rev int64, trust func([]byte, int64) bool, fn func(allocator.Stored) error) (int64, error) {
-	f.streaming = true
-	defer func() { f.streaming = false }()
-	for _, st := range f.stored {
-		if trust([]byte(st.Key), st.ModRevision) {
-			f.trusted++
-			st = allocator.Stored{Allocation: allocator.Allocation{Scope: st.Scope}, Key: st.Key, ModRevision: st.ModRevision, Trusted: true}
-		}
-		if err := fn(st); err != nil {
-			return 0, err
-		}
-	}
-	return rev, nil
+	trusted, _, err := streamTrusting(&f.streaming, f.stored, trust, fn)
+	f.trusted += trusted
+	return rev, err
 }
 
 func (f *fakeBlockKeys) Root() string { return "/blocks/" }

@@ -79,20 +79,24 @@ func (f *fakeAllocations) Each(_ context.Context, rev int64, fn func(allocator.S
 // EachTrusting hands out the keys trust accepts without their allocation, as the allocator does
 // after a keys-only read, and counts them apart from the keys whose values it hands out.
 func (f *fakeAllocations) EachTrusting(_ context.Context, rev int64, trust func([]byte, int64) bool, fn func(allocator.Stored) error) (int64, error) {
-	f.streaming = true
-	defer func() { f.streaming = false }()
-	for _, st := range f.stored {
+	trusted, read, err := streamTrusting(&f.streaming, f.stored, trust, fn)
+	f.trusted, f.valuesRead = f.trusted+trusted, f.valuesRead+read
+	return rev, err
+}
+
+// streamTrusting is stream after a keys-only read: the keys trust accepts are handed out with
+// their key, revision and scope only. It counts the keys handed out without and with values.
+func streamTrusting(streaming *bool, stored []allocator.Stored, trust func([]byte, int64) bool, fn func(allocator.Stored) error) (trusted, read int, err error) {
+	err = stream(streaming, stored, func(st allocator.Stored) error {
 		if trust([]byte(st.Key), st.ModRevision) {
-			f.trusted++
+			trusted++
 			st = allocator.Stored{Allocation: allocator.Allocation{Scope: st.Scope}, Key: st.Key, ModRevision: st.ModRevision, Trusted: true}
 		} else {
-			f.valuesRead++
+			read++
 		}
-		if err := fn(st); err != nil {
-			return 0, err
-		}
-	}
-	return rev, nil
+		return fn(st)
+	})
+	return trusted, read, err
 }
 
 func (f *fakeAllocations) wrote() {
