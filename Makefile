@@ -103,7 +103,7 @@ test: verify test-unit test-image test-integration test-e2e test-e2e-node test-b
 
 test-unit:
 	hack/install-deps.sh netns
-	$(GO) test $(GO_TEST_FLAGS) ./pkg/... ./cmd/... ./hack/openapi-schema/...
+	$(GO) test $(GO_TEST_FLAGS) ./pkg/... ./cmd/... ./hack/openapi-schema/... ./test/localcluster/...
 
 ## test-image: make image twice (same digest), then read the image and run its binary (hack/image)
 test-image:

@@ -19,9 +19,11 @@ package localcluster
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -177,5 +179,55 @@ func TestPKIIssuesServingCertificates(t *testing.T) {
 		if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: "127.0.0.1", KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
 			t.Errorf("usage %v: %v", usage, err)
 		}
+	}
+}
+
+// TestProcessOutlivesTheThreadThatStartedIt: Linux sends Pdeathsig when the forking thread
+// exits, and the Go runtime ends a thread whose goroutine exits locked to it (as netnstest.New's
+// goroutines do). A Process started there must keep running until it is stopped.
+func TestProcessOutlivesTheThreadThatStartedIt(t *testing.T) {
+	p := NewProcess("sleeper", filepath.Join(t.TempDir(), "sleep.log"), "sleep", "600")
+	t.Cleanup(func() { _ = p.Stop(syscall.SIGKILL, 10*time.Second) })
+	tid, started := make(chan int, 1), make(chan error, 1)
+	start := func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		tid <- syscall.Gettid()
+		started <- p.Start()
+	}
+	go func() {
+		runtime.LockOSThread()
+		if syscall.Gettid() != os.Getpid() {
+			start()
+			return
+		}
+		// The runtime never ends the main thread; holding it puts start on another one.
+		defer runtime.UnlockOSThread()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			start()
+		}()
+		<-done
+	}()
+	task := fmt.Sprintf("/proc/self/task/%d", <-tid)
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	// Once the thread is gone from /proc the kernel has sent its children their Pdeathsig.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(task); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the thread that started the process still exists (%s)", task)
+		}
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Logf("SIGTERM: %v", err)
+	}
+	<-p.Exited()
+	ws := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Fatalf("the process ended with %v, not by the test's SIGTERM: the exit of the thread that started it killed it", p.cmd.ProcessState)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -63,16 +64,27 @@ func (p *Process) Start() error {
 	// Its own process group, so that a SIGSTOP typed at the terminal never reaches it, and so
 	// that it dies with the test (Pdeathsig) if the test binary is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return err
-	}
-	done := make(chan struct{})
+	// Linux sends Pdeathsig when the thread that forked the child exits, not the process, and
+	// the Go runtime ends a thread whose goroutine exits locked to it (netnstest.New does so on
+	// purpose). A child forked from any thread could be killed that way in the middle of a test,
+	// so it is forked from a goroutine that keeps its thread until the child has exited.
+	started, done := make(chan error, 1), make(chan struct{})
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		_ = cmd.Wait()
 		f.Close()
 		close(done)
 	}()
+	if err := <-started; err != nil {
+		f.Close()
+		return err
+	}
 	p.cmd, p.done = cmd, done
 	return nil
 }
