@@ -28,6 +28,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/component-base/metrics/testutil"
 
+	"github.com/samplecrd/network-apiserver/pkg/etcdscan"
 	"github.com/samplecrd/network-apiserver/test/etcdtest"
 )
 
@@ -578,7 +579,7 @@ func guardedWritesCount(t *testing.T, result string) float64 {
 func TestEachTrustingReadsUntrustedValuesAtItsRevision(t *testing.T) {
 	ctx := context.Background()
 	a := New(startEtcd(t), "/reg/allocations")
-	const n = 2*trustBatch + 50 // three batches of values
+	const n = 2*etcdscan.TrustBatch + 50 // three batches of values
 	for i := range n {
 		if err := create(ctx, a, fmt.Sprintf("10.%d.%d.0/24", i/256, i%256), fmt.Sprintf("n%d", i)); err != nil {
 			t.Fatal(err)

@@ -41,82 +41,20 @@ func (a *Allocator) Each(ctx context.Context, rev int64, fn func(Stored) error) 
 	return a.Scan(ctx, a.Root(), rev, func(kv *mvccpb.KeyValue) error { return fn(a.stored(kv)) })
 }
 
-// EachTrusting is Each reading keys only (etcdscan's ScanKeys: etcd reads no value from its
+// EachTrusting is Each reading keys only (etcdscan's ScanTrusting: etcd reads no value from its
 // database). A key that trust accepts by its key and ModRevision is handed to fn with Trusted
-// set and only its scope; the values of the other keys are read at rev, trustBatch keys to a
-// transaction, and decoded as Each does. fn sees every key in key order. rev must be a revision
-// (not 0): the values are read at it.
+// set and only its scope; the values of the other keys are read at rev and decoded as Each does.
+// fn sees every key in key order. rev must be a revision (not 0): the values are read at it.
 func (a *Allocator) EachTrusting(ctx context.Context, rev int64, trust func(key []byte, modRevision int64) bool, fn func(Stored) error) (int64, error) {
-	if rev <= 0 {
-		return 0, fmt.Errorf("EachTrusting needs a revision, got %d", rev)
-	}
-	// held: keys read since the first key still to be read with its value, in key order.
-	var held []*mvccpb.KeyValue
-	var trusted []bool
-	untrusted := 0
-	flush := func() error {
-		if untrusted == 0 {
-			return nil
-		}
-		ops := make([]clientv3.Op, 0, untrusted)
-		for i, kv := range held {
-			if !trusted[i] {
-				ops = append(ops, clientv3.OpGet(string(kv.Key), clientv3.WithRev(rev)))
+	return a.scanner.ScanTrusting(ctx, a.Root(), rev,
+		func(kv *mvccpb.KeyValue) bool { return trust(kv.Key, kv.ModRevision) },
+		func(kv *mvccpb.KeyValue, trusted bool) error {
+			if trusted {
+				return fn(a.trustedStored(kv))
 			}
-		}
-		resp, err := a.client.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return err
-		}
-		j := 0
-		for i, kv := range held {
-			if trusted[i] {
-				if err := fn(a.trustedStored(kv)); err != nil {
-					return err
-				}
-				continue
-			}
-			kvs := resp.Responses[j].GetResponseRange().GetKvs()
-			j++
-			if len(kvs) == 0 {
-				return fmt.Errorf("%s, listed at revision %d, cannot be read at it", kv.Key, rev)
-			}
-			if err := fn(a.stored(kvs[0])); err != nil {
-				return err
-			}
-		}
-		held, trusted, untrusted = held[:0], trusted[:0], 0
-		return nil
-	}
-	got, err := a.scanner.ScanKeys(ctx, a.Root(), rev, func(kv *mvccpb.KeyValue) error {
-		ok := trust(kv.Key, kv.ModRevision)
-		if ok && untrusted == 0 {
-			return fn(a.trustedStored(kv))
-		}
-		held, trusted = append(held, kv), append(trusted, ok)
-		if !ok {
-			untrusted++
-		}
-		if untrusted == trustBatch || len(held) >= maxHeld {
-			return flush()
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	if err := flush(); err != nil {
-		return 0, err
-	}
-	return got, nil
+			return fn(a.stored(kv))
+		})
 }
-
-// trustBatch is how many values EachTrusting reads in one transaction (etcd's --max-txn-ops
-// defaults to 128), and maxHeld how many keys it holds at most while it waits for them.
-const (
-	trustBatch = 100
-	maxHeld    = 4 * trustBatch
-)
 
 func (a *Allocator) trustedStored(kv *mvccpb.KeyValue) Stored {
 	s := Stored{Key: string(kv.Key), ModRevision: kv.ModRevision, Trusted: true}
