@@ -229,6 +229,9 @@ func TestVNIRepair(t *testing.T) {
 		t.Fatal(err)
 	}
 	vni := n.Status.VNI
+	// Two verifications done: the next ones read the VNI keys without their values where the
+	// create wrote them, and must see that these no longer are.
+	ovlWaitForVerifications(t, s, 2)
 	gone := vniKey(vni + 1)
 	for _, op := range []clientv3.Op{
 		clientv3.OpDelete(vniSegmentsRoot + "uid/" + string(n.UID)),

@@ -276,6 +276,8 @@ type Entry struct {
 	Kind Kind
 	UID  string // of a uid key, whose Value is the VNI
 	VNI  int32  // of a vni key, whose Value is the UID
+	// Trusted: EachTrusting read the key without its value (Value is empty).
+	Trusted bool
 }
 
 // Kind is the form of a key under the root.
@@ -293,20 +295,47 @@ const (
 // Each calls fn for every key at rev (0: now), in key order — every uid key before every vni
 // key, and the vni keys in VNI order — streamed (see etcdscan): List without holding them all.
 func (s *VNIs) Each(ctx context.Context, rev int64, fn func(Entry) error) error {
-	_, err := s.scanner.Scan(ctx, s.root+"/", rev, func(kv *mvccpb.KeyValue) error {
-		e := Entry{Key: keyOf(kv)}
-		rest := strings.TrimPrefix(e.Key.Key, s.root+"/")
-		switch {
-		case strings.HasPrefix(rest, "vni/"):
-			if v, err := strconv.ParseInt(strings.TrimPrefix(rest, "vni/"), 10, 32); err == nil {
-				e.Kind, e.VNI = KindVNI, int32(v)
-			}
-		case strings.HasPrefix(rest, "uid/"):
-			e.Kind, e.UID = KindUID, strings.TrimPrefix(rest, "uid/")
-		}
-		return fn(e)
-	})
+	_, err := s.scanner.Scan(ctx, s.root+"/", rev, func(kv *mvccpb.KeyValue) error { return fn(s.entry(kv)) })
 	return err
+}
+
+// EachTrusting is Each reading keys only (etcdscan's ScanTrusting): trust gets each entry without
+// its value, and fn gets the entries trust accepted with Trusted set and no value, the others
+// with their values read at rev. rev must be a revision (not 0).
+func (s *VNIs) EachTrusting(ctx context.Context, rev int64, trust func(Entry) bool, fn func(Entry) error) error {
+	// A key trust accepts while no value is pending goes to fn at once: its entry is not built
+	// twice.
+	var last *mvccpb.KeyValue
+	var lastEntry Entry
+	_, err := s.scanner.ScanTrusting(ctx, s.root+"/", rev,
+		func(kv *mvccpb.KeyValue) bool {
+			last, lastEntry = kv, s.entry(kv)
+			return trust(lastEntry)
+		},
+		func(kv *mvccpb.KeyValue, trusted bool) error {
+			e := lastEntry
+			if kv != last {
+				e = s.entry(kv)
+			}
+			e.Trusted = trusted
+			return fn(e)
+		})
+	return err
+}
+
+// entry reads the form of kv's key.
+func (s *VNIs) entry(kv *mvccpb.KeyValue) Entry {
+	e := Entry{Key: keyOf(kv)}
+	rest := strings.TrimPrefix(e.Key.Key, s.root+"/")
+	switch {
+	case strings.HasPrefix(rest, "vni/"):
+		if v, err := strconv.ParseInt(strings.TrimPrefix(rest, "vni/"), 10, 32); err == nil {
+			e.Kind, e.VNI = KindVNI, int32(v)
+		}
+	case strings.HasPrefix(rest, "uid/"):
+		e.Kind, e.UID = KindUID, strings.TrimPrefix(rest, "uid/")
+	}
+	return e
 }
 
 func keyOf(kv *mvccpb.KeyValue) Key {

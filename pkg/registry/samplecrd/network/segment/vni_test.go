@@ -28,6 +28,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/samplecrd/network-apiserver/pkg/etcdscan"
 	"github.com/samplecrd/network-apiserver/test/etcdtest"
 )
 
@@ -222,5 +223,80 @@ func TestPickCountsOnlyWhenAWindowIsFull(t *testing.T) {
 	}
 	if got, err := s.Pick(ctx, uid, 1); err != nil || got != cand+pickWindow || counts.Load() != 1 {
 		t.Fatalf("Pick = %d, %v with %d counts; want %d with one", got, err, counts.Load(), cand+pickWindow)
+	}
+}
+
+// TestEachTrustingReadsOnlyUntrustedValues: EachTrusting hands out every key in Each's order,
+// parsed as Each parses it; the keys trust accepts without their values, the others with their
+// values at the revision asked for, not the current one.
+func TestEachTrustingReadsOnlyUntrustedValues(t *testing.T) {
+	c := startEtcd(t)
+	ctx := context.Background()
+	s := New(c, "/seg", Range{First: 100, Last: 400})
+	noGuard := func([]*etcdserverpb.ResponseOp) error { return nil }
+	const n = 150 // more untrusted keys than one transaction reads
+	for i := range n {
+		if _, err := s.Assign(ctx, fmt.Sprintf("uid-%03d", i), nil, nil, noGuard); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put, err := c.Put(ctx, "/seg/odd", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := put.Header.Revision
+	var want []Entry
+	if err := s.Each(ctx, rev, func(e Entry) error {
+		want = append(want, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Written over after rev: EachTrusting must still read the value at rev.
+	if _, err := c.Put(ctx, s.UIDKey("uid-001"), "later"); err != nil {
+		t.Fatal(err)
+	}
+	// Trusted: the uid keys of even UIDs and the vni keys of even VNIs.
+	trust := func(e Entry) bool {
+		if e.Value != "" {
+			t.Fatalf("trust got %s with its value %q", e.Key.Key, e.Value)
+		}
+		switch e.Kind {
+		case KindUID:
+			var i int
+			_, _ = fmt.Sscanf(e.UID, "uid-%d", &i)
+			return i%2 == 0
+		case KindVNI:
+			return e.VNI%2 == 0
+		}
+		return false
+	}
+	var got []Entry
+	if err := s.EachTrusting(ctx, rev, trust, func(e Entry) error {
+		got = append(got, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d entries, want %d", len(got), len(want))
+	}
+	read := 0
+	for i, e := range got {
+		w := want[i]
+		if trust(Entry{Key: Key{Key: w.Key.Key, ModRevision: w.ModRevision}, Kind: w.Kind, UID: w.UID, VNI: w.VNI}) {
+			w.Value, w.Trusted = "", true
+		} else {
+			read++
+		}
+		if e != w {
+			t.Errorf("entry %d: %+v, want %+v", i, e, w)
+		}
+	}
+	if read <= etcdscan.TrustBatch {
+		t.Errorf("%d values read: the test needs more than one transaction's worth", read)
+	}
+	if err := s.EachTrusting(ctx, 0, trust, func(Entry) error { return nil }); err == nil {
+		t.Error("EachTrusting at revision 0: no error")
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 )
@@ -53,6 +54,7 @@ var vniKinds = []string{ViolationVNIMissing, ViolationVNIDuplicate, ViolationVNI
 // VNIKeys is what the verifier needs of the VNI keys.
 type VNIKeys interface {
 	Each(ctx context.Context, rev int64, fn func(segment.Entry) error) error
+	EachTrusting(ctx context.Context, rev int64, trust func(segment.Entry) bool, fn func(segment.Entry) error) error
 	UIDKey(uid string) string
 	Remove(ctx context.Context, key string, modRevision int64) (bool, error)
 	Assign(ctx context.Context, uid string, cmps []clientv3.Cmp, probes []clientv3.Op, check func([]*etcdserverpb.ResponseOp) error) (int32, error)
@@ -91,6 +93,13 @@ type vniState struct {
 // is kept as a few numbers beside its Network (vniState) and each vni key is judged as it
 // arrives; only keys to fix are held. The fixes are made once the stream has ended.
 func (r *Repair) checkVNIs(ctx context.Context, v *Verification, rev int64, networks []etcdNetwork, live networkIndex) error {
+	if r.valuesRead.Load() {
+		hold, err := r.vniKeysHold(ctx, rev, networks, live)
+		if err != nil || hold {
+			return err
+		}
+		klog.InfoS("The VNI keys are not all as the Networks' creates wrote them: reading their values", "revision", rev)
+	}
 	report := func(kind string, fixed bool, format string, args ...any) {
 		v.Violations = append(v.Violations, Violation{Kind: kind, Detail: fmt.Sprintf(format, args...), Fixed: fixed})
 	}
@@ -236,6 +245,100 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, rev int64, netw
 		}
 	}
 	return nil
+}
+
+// errVNIKeysDiffer ends vniKeysHold's stream at the first key it cannot account for.
+var errVNIKeysDiffer = errors.New("a VNI key differs from what its Network's create wrote")
+
+// vniKeysHold is the VNI check of a verification after the first (which read every value),
+// reading keys without their values: true when every Network's pair is certainly as it should
+// be and no other key exists, false when anything else may be, for checkVNIs to read every value
+// and judge. A Network's create writes its uid key, the vni key of the VNI it picked and that VNI
+// as status.vni in one transaction, and nothing else writes either key but a fix or a pair
+// assigned later. So a key whose ModRevision is the CreateRevision of the Network expected there
+// (the one whose UID, or whose status.vni, it is named after) holds what that create wrote: a
+// vni key names that Network, and a uid key names the VNI of the vni key written with it, which
+// is status.vni when that vni key is the one written by the same create. Other keys of live
+// Networks are read with their values (pairs assigned after the create, by the segment loop or
+// a fix) and must name their partner; anything else ends the pass. The blind spot is that of
+// the allocation keys: a wrong value written around the API in the create's own transaction.
+func (r *Repair) vniKeysHold(ctx context.Context, rev int64, networks []etcdNetwork, live networkIndex) (bool, error) {
+	// vniOf: the Network whose status.vni is each VNI. A Network without one, or two with one
+	// VNI, need the full check.
+	vniOf := make(map[int32]int, len(networks))
+	for i, sn := range networks {
+		if sn.UID == "" {
+			continue
+		}
+		if _, dup := vniOf[sn.vni]; dup || sn.vni == 0 {
+			return false, nil
+		}
+		vniOf[sn.vni] = i
+	}
+	const (
+		uidAtCreate uint8 = 1 << iota // the uid key, last written by the Network's create
+		uidRead                       // the uid key, read: it names status.vni
+		vniAtCreate                   // the vni key of status.vni, last written by the create
+		vniRead                       // that vni key, read: it names the Network
+	)
+	seen := make([]uint8, len(networks))
+	trust := func(e segment.Entry) bool {
+		switch e.Kind {
+		case segment.KindUID:
+			i, ok := live[e.UID]
+			return ok && e.ModRevision == networks[i].createRevision
+		case segment.KindVNI:
+			i, ok := vniOf[e.VNI]
+			return ok && e.ModRevision == networks[i].createRevision
+		}
+		return false
+	}
+	err := r.vnis.keys.EachTrusting(ctx, rev, trust, func(e segment.Entry) error {
+		switch e.Kind {
+		case segment.KindUID:
+			i, ok := live[e.UID]
+			switch {
+			case !ok:
+			case e.Trusted:
+				seen[i] |= uidAtCreate
+				return nil
+			case e.Value == strconv.FormatInt(int64(networks[i].vni), 10):
+				seen[i] |= uidRead
+				return nil
+			}
+		case segment.KindVNI:
+			i, ok := vniOf[e.VNI]
+			switch {
+			case !ok:
+			case e.Trusted:
+				seen[i] |= vniAtCreate
+				return nil
+			case e.Value == networks[i].UID:
+				seen[i] |= vniRead
+				return nil
+			}
+		}
+		return errVNIKeysDiffer
+	})
+	if errors.Is(err, errVNIKeysDiffer) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for i, sn := range networks {
+		if sn.UID == "" {
+			continue
+		}
+		s := seen[i]
+		// A uid key read without its value names the VNI its create picked, status.vni only
+		// if the vni key of status.vni was written by that create too.
+		uid := s&uidRead != 0 || s&(uidAtCreate|vniAtCreate) == uidAtCreate|vniAtCreate
+		if !uid || s&(vniAtCreate|vniRead) == 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // uidKeyValue is a uid key's value as stored ("" for none).

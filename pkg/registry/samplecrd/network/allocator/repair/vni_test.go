@@ -43,14 +43,40 @@ type fakeVNIKeys struct {
 	// streaming: an Each is under way; writesInStream counts the fixes made then.
 	streaming      bool
 	writesInStream int
+	// eachs counts the streams with values (Each); trusted and valuesRead the keys EachTrusting
+	// handed out without and with values.
+	eachs, trusted, valuesRead int
 }
 
 var _ VNIKeys = &fakeVNIKeys{}
 
 func (f *fakeVNIKeys) Each(_ context.Context, _ int64, fn func(segment.Entry) error) error {
+	f.eachs++
 	f.streaming = true
 	defer func() { f.streaming = false }()
 	for _, e := range entries(f.stored) {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// EachTrusting hands out the keys trust accepts (shown it without its value) with Trusted set
+// and no value, the others whole.
+func (f *fakeVNIKeys) EachTrusting(_ context.Context, _ int64, trust func(segment.Entry) bool, fn func(segment.Entry) error) error {
+	f.streaming = true
+	defer func() { f.streaming = false }()
+	for _, e := range entries(f.stored) {
+		keyOnly := e
+		keyOnly.Value = ""
+		if trust(keyOnly) {
+			f.trusted++
+			keyOnly.Trusted = true
+			e = keyOnly
+		} else {
+			f.valuesRead++
+		}
 		if err := fn(e); err != nil {
 			return err
 		}
@@ -218,4 +244,133 @@ func TestVerifyVNIs(t *testing.T) {
 	if len(mirrored) != 0 || len(keys.removed) != 0 {
 		t.Errorf("with the range full: mirrored %v, removed %v", mirrored, keys.removed)
 	}
+}
+
+// TestLaterVNIChecksReadKeysOnly: after the first verification, the VNI keys are read without
+// their values when each was last written by its Network's create, with their values otherwise;
+// whatever the keys cannot vouch for sends the check back to every value, and then it reports
+// what a verification reading every value reports.
+func TestLaterVNIChecksReadKeysOnly(t *testing.T) {
+	// a, b and d were created with their pairs (at revisions 10, 11, 13); c's pair was assigned
+	// after its create (at 50), as for a Network created before VNIs.
+	build := func() (*fakeAllocations, *fakeVNIKeys) {
+		f := &fakeAllocations{}
+		keys := &fakeVNIKeys{stored: segment.Stored{ByVNI: map[int32]segment.Key{}, ByUID: map[string]segment.Key{}}}
+		for i, name := range []string{"a", "b", "c", "d"} {
+			vni, rev := int32(100+i), int64(10+i)
+			f.storesWithVNI(t, name, vni)
+			f.kvs[i].CreateRevision, f.kvs[i].ModRevision = rev, rev
+			if name == "c" {
+				rev = 50
+			}
+			vniPairAt(&keys.stored, "uid-"+name, vni, "uid-"+name, rev)
+		}
+		return f, keys
+	}
+	verify := func(f *fakeAllocations, keys *fakeVNIKeys, passes int) Verification {
+		t.Helper()
+		r := New(f, allocator.Scoping{}, "/networks/", decodeJSON).WithVNIs(keys, func(context.Context, string, string, types.UID) error { return nil })
+		var v Verification
+		for range passes {
+			var err error
+			if v, err = r.Verify(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return v
+	}
+	details := func(v Verification) []string {
+		var out []string
+		for _, x := range v.Violations {
+			out = append(out, x.Kind+": "+x.Detail)
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	f, keys := build()
+	if v := verify(f, keys, 2); len(v.Violations) != 0 {
+		t.Fatalf("healthy keys: %v", details(v))
+	}
+	if keys.eachs != 1 || keys.trusted != 6 || keys.valuesRead != 2 {
+		t.Errorf("the second verification: %d streams with values after the first's, %d keys trusted, %d read with values; want 1, 6 (a, b, d), 2 (c's pair)",
+			keys.eachs, keys.trusted, keys.valuesRead)
+	}
+
+	for _, tc := range []struct {
+		name    string
+		corrupt func(f *fakeAllocations, s *segment.Stored)
+		clean   bool // the keys are right, but cannot be vouched for without their values
+	}{
+		{name: "a uid key written after the create", corrupt: func(_ *fakeAllocations, s *segment.Stored) {
+			s.ByUID["uid-b"] = segment.Key{Key: "/seg/uid/uid-b", Value: "999", ModRevision: 60}
+		}},
+		{name: "a vni key written after the create names another Network", corrupt: func(_ *fakeAllocations, s *segment.Stored) {
+			s.ByVNI[101] = segment.Key{Key: "/seg/vni/101", Value: "uid-a", ModRevision: 60}
+		}},
+		{name: "status.vni differs from the keys", corrupt: func(f *fakeAllocations, _ *segment.Stored) {
+			f.setStatusVNI(t, 3, 7)
+		}},
+		{name: "a leftover vni key", corrupt: func(_ *fakeAllocations, s *segment.Stored) {
+			s.ByVNI[400] = segment.Key{Key: "/seg/vni/400", Value: "uid-a", ModRevision: 70}
+		}},
+		{name: "a vni key gone", corrupt: func(_ *fakeAllocations, s *segment.Stored) {
+			delete(s.ByVNI, 100)
+		}},
+		{name: "a uid key of a Network that is gone", corrupt: func(_ *fakeAllocations, s *segment.Stored) {
+			s.ByUID["uid-gone"] = segment.Key{Key: "/seg/uid/uid-gone", Value: "500", ModRevision: 12}
+		}},
+		// The create's uid key names the VNI the create picked (100); status.vni and a later vni
+		// key name another (105), whose key names a: the uid key's value must be read.
+		{name: "status.vni and its vni key moved, the create's uid key left", corrupt: func(f *fakeAllocations, s *segment.Stored) {
+			f.setStatusVNI(t, 0, 105)
+			delete(s.ByVNI, 100)
+			s.ByVNI[105] = segment.Key{Key: "/seg/vni/105", Value: "uid-a", ModRevision: 80}
+		}},
+		{name: "a vni key rewritten with the same value", clean: true, corrupt: func(_ *fakeAllocations, s *segment.Stored) {
+			s.ByVNI[100] = segment.Key{Key: "/seg/vni/100", Value: "uid-a", ModRevision: 80}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, keys := build()
+			tc.corrupt(f, &keys.stored)
+			full := details(verify(f, keys, 1))
+			if len(full) == 0 != tc.clean {
+				t.Fatalf("a verification reading every value found %v", full)
+			}
+			keys.eachs = 0
+			if got := details(verify(f, keys, 2)); !slices.Equal(got, full) {
+				t.Errorf("the second verification found %v, a verification reading every value %v", got, full)
+			}
+			if keys.eachs != 2 {
+				t.Errorf("%d verifications read every VNI value, want both", keys.eachs)
+			}
+		})
+	}
+}
+
+// vniPairAt is vniPair with both keys last written at rev.
+func vniPairAt(s *segment.Stored, uid string, vni int32, vniKeyNames string, rev int64) {
+	vniPair(s, uid, vni, vniKeyNames)
+	k := s.ByUID[uid]
+	k.ModRevision = rev
+	s.ByUID[uid] = k
+	if vk, ok := s.ByVNI[vni]; ok {
+		vk.ModRevision = rev
+		s.ByVNI[vni] = vk
+	}
+}
+
+// setStatusVNI rewrites the status.vni of the i-th Network stored, keeping its revisions.
+func (f *fakeAllocations) setStatusVNI(t *testing.T, i int, vni int32) {
+	var n samplecrd.Network
+	if err := json.Unmarshal(f.kvs[i].Value, &n); err != nil {
+		t.Fatal(err)
+	}
+	n.Status.VNI = vni
+	data, err := json.Marshal(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.kvs[i].Value = data
 }
