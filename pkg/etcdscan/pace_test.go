@@ -72,6 +72,47 @@ func TestPacerKeepsItsDutyUntilItsEnd(t *testing.T) {
 	}
 }
 
+// TestPacerBehindItsPlanCatchesUp: a pass told how many keys it reads, whose work turns out
+// twice what its duty fits before Until, works a larger share as it goes and ends by Until
+// (still pausing: it ends after most of the window); without Expected the same pass pauses at
+// its duty until Until and works the rest unpaced after it. A pass ahead of its plan keeps its
+// duty.
+func TestPacerBehindItsPlanCatchesUp(t *testing.T) {
+	const keys = 20 * pacedKeys
+	run := func(expected int64, workPerPause time.Duration) (end time.Duration, p *Pacer, sleeps []time.Duration) {
+		p, f := fakePacer(0.1, 100*time.Second)
+		p.Expected = expected
+		start := f.t
+		ctx := WithPacer(context.Background(), p)
+		for range keys / pacedKeys {
+			f.t = f.t.Add(workPerPause)
+			end = f.t.Sub(start) // the last key's work done (a pause may follow it)
+			if err := p.pause(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return end, p, f.sleeps
+	}
+	// 20 s of work at a duty of 0.1 needs 200 s; the window is 100 s.
+	end, p, _ := run(keys, time.Second)
+	if end > 100*time.Second || end < 70*time.Second {
+		t.Errorf("a pass behind its plan ended after %s, want by Until (100s) and after 70s", end)
+	}
+	if p.Read != keys {
+		t.Errorf("Read %d, want %d", p.Read, keys)
+	}
+	if end, _, _ = run(0, time.Second); end != 110*time.Second {
+		t.Errorf("without Expected the pass ended after %s, want 110s (100s paced, the last 10s unpaced)", end)
+	}
+	// 2 s of work fits: every pause is 9 times the work before it.
+	_, _, sleeps := run(keys, 100*time.Millisecond)
+	for i, d := range sleeps {
+		if d != 900*time.Millisecond {
+			t.Fatalf("pause %d of a pass ahead of its plan: %s, want 900ms", i, d)
+		}
+	}
+}
+
 // TestPacedScanPausesEveryThousandKeys: a scan with a pacer in its context pauses after every
 // pacedKeys keys, and a pause cut short by the context ends the scan with its error.
 func TestPacedScanPausesEveryThousandKeys(t *testing.T) {

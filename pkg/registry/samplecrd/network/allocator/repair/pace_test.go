@@ -81,6 +81,28 @@ func TestVerifyRemembersItsWorkWithoutPauses(t *testing.T) {
 	if work <= 0 || work > took-p.Paused {
 		t.Errorf("remembered work %s, want more than 0 and at most %s (took %s, paused %s)", work, took-p.Paused, took, p.Paused)
 	}
+	// The fake paces its scan of the Networks (etcd's scans pace every keyspace): 3000 keys.
+	if got := r.lastKeys.Load(); got != 3000 || p.Read != 3000 {
+		t.Errorf("remembered %d keys (the pacer counted %d), want 3000", got, p.Read)
+	}
+}
+
+// The keys expected grow with the Networks counted: as many per Network as the last paced
+// verification read, or the default.
+func TestExpectedKeysScaleTheLastOnePerNetwork(t *testing.T) {
+	r := New(&fakeAllocations{}, allocator.Scoping{}, "/networks/", decodeJSON)
+	if got, want := r.expectedKeys(400_000), int64(400_000*defaultKeysPerNetwork); got != want {
+		t.Errorf("with no verification before: %d, want %d", got, want)
+	}
+	r.lastNetworks.Store(100_000)
+	r.lastKeys.Store(200_000) // no blocks, no VNIs: two keys a Network
+	if got, want := r.expectedKeys(1_000_000), int64(2_000_000); got != want {
+		t.Errorf("a million after 100,000 with 200,000 keys: %d, want %d", got, want)
+	}
+	r.lastKeys.Store(0) // the last one was not paced
+	if got, want := r.expectedKeys(1_000_000), int64(1_000_000*defaultKeysPerNetwork); got != want {
+		t.Errorf("after an unpaced verification: %d, want %d", got, want)
+	}
 }
 
 // The work expected grows with the Networks counted: per Network as the last verification

@@ -61,6 +61,9 @@ type Repair struct {
 	// lastWork is how long the last verification worked (its time less its pauses), in
 	// nanoseconds: the next one's pacing plans for as much.
 	lastWork atomic.Int64
+	// lastKeys is how many keys the last paced verification read (counted by its pacer): the
+	// next one expects as many per Network.
+	lastKeys atomic.Int64
 }
 
 // errChangedMeanwhile is a fix's error when what the verifier read changed before the fix.
@@ -77,8 +80,9 @@ func New(alloc allocator.RepairInterface, scoping allocator.Scoping, networksPre
 // compactionShare of etcd's compaction interval (a verification reads at one revision, which a
 // compaction one interval after the revision's time removes). Its scans pause so that the work
 // expected (estimatedWork) fills planShare of the window; with no estimate they work firstDuty
-// of the wall time. Past the window's end a verification runs unpaced; a pass that a compaction
-// overtakes anyway is read again from the start.
+// of the wall time; told the keys expected (expectedKeys), a pass that falls behind works a larger
+// share (etcdscan.Pacer). Past the window's end a verification runs unpaced; a pass that a
+// compaction overtakes anyway is read again from the start.
 const (
 	maxWindow       = 4 * time.Minute
 	compactionShare = 0.8
@@ -90,6 +94,9 @@ const (
 	// fewestToEstimate how many that is.
 	defaultWorkPerNetwork = 40 * time.Microsecond
 	fewestToEstimate      = 1000
+	// defaultKeysPerNetwork is the keys expected per Network without such a verification: the
+	// Network, its allocation, its gateway key and its two VNI keys.
+	defaultKeysPerNetwork = 5
 )
 
 // pace returns the share of wall time a verification's work may take and how long it may pause
@@ -119,18 +126,33 @@ func (r *Repair) estimatedWork(n int64) time.Duration {
 	return time.Duration(n) * perNetwork
 }
 
+// expectedKeys is how many keys a verification of n Networks is expected to read: as many per
+// Network as the last paced verification read, or defaultKeysPerNetwork. Its pacer keeps the
+// pass on time with it (etcdscan.Pacer): a pass whose work per key turns out larger than the
+// last one's spreads the difference over its window instead of running unpaced past it.
+func (r *Repair) expectedKeys(n int64) int64 {
+	if last, keys := r.lastNetworks.Load(), r.lastKeys.Load(); last >= fewestToEstimate && keys > 0 {
+		return n * keys / last
+	}
+	return n * defaultKeysPerNetwork
+}
+
 // Run verifies every interval until ctx is done, starting now; each verification counts the
 // Networks and paces its scans to spread the work expected over its window (pace), so that at a
 // million Networks it takes a small share of a core for minutes instead of a core for most of a
-// minute. compaction is etcd's compaction interval, 0 when unknown or off.
+// minute; told the keys expected, its pacer makes a pass slower than planned work a larger share
+// rather than run past the window. compaction is etcd's compaction interval, 0 when unknown or
+// off.
 func (r *Repair) Run(ctx context.Context, interval, compaction time.Duration) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		var work time.Duration
+		var keys int64
 		if n, err := r.allocator.Count(ctx, r.networksPrefix); err == nil {
-			work = r.estimatedWork(n)
+			work, keys = r.estimatedWork(n), r.expectedKeys(n)
 		}
 		duty, window := pace(interval, compaction, work)
 		pacer := etcdscan.NewPacer(duty, time.Now().Add(window))
+		pacer.Expected = keys
 		if _, err := r.Verify(etcdscan.WithPacer(ctx, pacer)); err != nil {
 			klog.ErrorS(err, "Verifying network allocations failed")
 		}
@@ -246,9 +268,11 @@ func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 		klog.ErrorS(nil, "Network allocation invariant violated", "kind", x.Kind, "detail", x.Detail, "fixed", x.Fixed, "revision", v.Revision)
 	}
 	var paused time.Duration
+	var keys int64
 	if p := etcdscan.PacerFrom(ctx); p != nil {
-		paused = p.Paused
+		paused, keys = p.Paused, p.Read
 	}
+	r.lastKeys.Store(keys)
 	r.lastWork.Store(int64(took - paused))
 	r.valuesRead.Store(true)
 	klog.InfoS("Verified the network allocations", "networks", v.Networks, "revision", v.Revision, "violations", len(v.Violations), "took", took, "paused", paused, "keysOnly", keysOnly)
