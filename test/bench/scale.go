@@ -147,7 +147,9 @@ func (b *bench) scaleOurs(ctx context.Context, root string, target int, budget i
 		if err := cl.Stop(stopCtx, component); err != nil {
 			b.res.Errors = append(b.res.Errors, "ours: stopping: "+err.Error())
 		}
-		b.keepLogOnError(cl, component, "ours")
+		// Kept always: its verifications' lines say when each ran, which the fill's slow steps
+		// are read against.
+		b.keepLog(cl, component, "ours")
 	}()
 	kubeconfig := filepath.Join(data, "admin.kubeconfig")
 	if err := waitFor(ctx, 2*time.Minute, func() error { _, err := os.Stat(kubeconfig); return err }); err != nil {
@@ -501,9 +503,13 @@ func waitFor(ctx context.Context, timeout time.Duration, check func() error) err
 
 // keepLogOnError copies a component's log into the output directory when the run has errors.
 func (b *bench) keepLogOnError(cl *cluster, component, side string) {
-	if len(b.res.Errors) == 0 {
-		return
+	if len(b.res.Errors) > 0 {
+		b.keepLog(cl, component, side)
 	}
+}
+
+// keepLog copies a component's log into the output directory.
+func (b *bench) keepLog(cl *cluster, component, side string) {
 	logs := filepath.Join(b.cfg.Out, "logs-"+b.res.Started.Format("20060102-150405"))
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return
