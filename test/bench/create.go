@@ -27,14 +27,17 @@ import (
 type createResult struct {
 	Objects int `json:"objects"`
 	// StoredBefore is how many objects of the kind the server held when the run began.
-	StoredBefore int      `json:"storedBefore"`
-	Clients      int      `json:"clients"`
-	Created      int      `json:"created"`
-	Errors       int      `json:"errors"`
-	FirstErrs    []string `json:"firstErrors,omitempty"`
-	Seconds      float64  `json:"seconds"`
-	PerSecond    float64  `json:"perSecond"`
-	Latency      dist     `json:"latency"`
+	StoredBefore int `json:"storedBefore"`
+	// Began is when the run began (set by the scale point, whose steps are read against the
+	// server's log).
+	Began     *time.Time `json:"began,omitempty"`
+	Clients   int        `json:"clients"`
+	Created   int        `json:"created"`
+	Errors    int        `json:"errors"`
+	FirstErrs []string   `json:"firstErrors,omitempty"`
+	Seconds   float64    `json:"seconds"`
+	PerSecond float64    `json:"perSecond"`
+	Latency   dist       `json:"latency"`
 	// CPUMs is each process's CPU milliseconds per created object over the run.
 	CPUMs map[string]float64 `json:"cpuMsPerObject,omitempty"`
 	// LostGuardsPerCreate (ours only) is how many guarded allocation writes lost their guard

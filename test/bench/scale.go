@@ -318,7 +318,9 @@ func (b *bench) scaleMeasure(ctx context.Context, s *scaleSide, res *scaleResult
 				_ = pause(sctx, 500*time.Millisecond)
 			}
 		}()
+		began := time.Now().UTC()
 		r := createMany(sctx, s.be, benchNamespace, stored, count, cfg.Clients, false)
+		r.Began = &began
 		cancel()
 		<-done
 		if ctx.Err() != nil {
