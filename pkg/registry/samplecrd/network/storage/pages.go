@@ -36,22 +36,44 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
+	"github.com/samplecrd/network-apiserver/pkg/etcdscan"
 )
 
 // maxPageRead bounds how many keys one read of a continue page asks for when a selector dropped
 // most of what the last read returned.
 const maxPageRead = 10000
 
-// servesContinue says whether GetList reads this list itself: a continue page of a paged list,
-// which the watch cache hands to etcd while ListFromCacheSnapshot is off (our default). The
-// generic etcd3 store reads such a page with a unary Range and a limit, and etcd counts every key
-// left in the range to answer it: a walk of n Networks in pages costs etcd O(n²) key visits (at a
-// million, over six minutes, long enough for compaction to expire the walk's revision). The page
-// read here counts nothing (etcdscan.ReadPage).
-func (s *allocatingStore) servesContinue(opts storage.ListOptions) bool {
-	return s.pages != nil && opts.Recursive && opts.Predicate.Continue != "" && opts.Predicate.Limit > 0 &&
+// pagingStore is the Network storage beneath the watch cache: the etcd3 store, except that it
+// reads the continue pages of paged lists itself. Every continue page that reaches etcd passes
+// through it: those of clients' paged lists, which the watch cache hands on while
+// ListFromCacheSnapshot is off (our default); the watch cache's own list when it starts or
+// re-lists (pages of 10,000); and those of k8s.io/apiserver's cache consistency checker
+// (DetectCacheInconsistency), which every 5 to 7.5 minutes lists the whole collection from the
+// storage beneath the cache, in pages of 10,000. The etcd3 store reads a continue page with a
+// unary Range and a limit, and etcd counts every key left in the range to answer it: a walk of n
+// Networks in pages costs etcd O(n²) key visits (at a million, over six minutes in pages of 500,
+// long enough for compaction to expire the walk's revision; some 10 s of etcd's CPU for each
+// of the checker's walks). The page read here counts nothing (etcdscan.ReadPage).
+type pagingStore struct {
+	storage.Interface
+	etcd  *EtcdCodec
+	pages *etcdscan.Scanner
+}
+
+// GetList reads continue pages itself (servesContinue), every other list through the etcd3
+// store.
+func (s *pagingStore) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	if s.servesContinue(opts) {
+		return s.continueList(ctx, key, opts, listObj)
+	}
+	return s.Interface.GetList(ctx, key, opts, listObj)
+}
+
+// servesContinue says whether GetList reads this list itself: a continue page of a list of the
+// whole collection or a namespace (a sharded list is left to the etcd3 store).
+func (s *pagingStore) servesContinue(opts storage.ListOptions) bool {
+	return opts.Recursive && opts.Predicate.Continue != "" && opts.Predicate.Limit > 0 &&
 		opts.ResourceVersionMatch == "" &&
-		!utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) &&
 		!utilfeature.DefaultFeatureGate.Enabled(features.ShardedListAndWatch)
 }
 
@@ -59,7 +81,7 @@ func (s *allocatingStore) servesContinue(opts storage.ListOptions) bool {
 // and resourceVersion, the same errors (400 for a bad token, 410 Gone with a token at the current
 // revision once the page's revision is compacted). It leaves remainingItemCount unset: that is
 // the count the page avoids (the API documents the field as optional, an estimate when set).
-func (s *allocatingStore) continueList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) (err error) {
+func (s *pagingStore) continueList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) (err error) {
 	etcdKey, err := s.etcd.key(key)
 	if err != nil {
 		return err

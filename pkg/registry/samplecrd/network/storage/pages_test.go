@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,8 +29,12 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage"
+	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -43,12 +48,14 @@ import (
 	"github.com/samplecrd/network-apiserver/test/etcdtest"
 )
 
-// pagesFixture is the etcd3 store of Networks over a real etcd, and an allocatingStore around
-// it that reads continue pages itself.
+// pagesFixture is the etcd3 store of Networks over a real etcd, and a pagingStore around it
+// that reads continue pages itself.
 type pagesFixture struct {
-	generic storage.Interface
-	ours    *allocatingStore
-	compact func(t *testing.T)
+	generic     storage.Interface
+	ours        *pagingStore
+	compact     func(t *testing.T)
+	forResource *storagebackend.ConfigForResource
+	scanner     *etcdscan.Scanner
 }
 
 func newPagesFixture(t *testing.T) *pagesFixture {
@@ -67,9 +74,12 @@ func newPagesFixture(t *testing.T) *pagesFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(destroy)
+	scanner := etcdscan.New(client)
 	return &pagesFixture{
-		generic: generic,
-		ours:    &allocatingStore{Interface: generic, etcd: newEtcdCodec(forResource, "/networks"), pages: etcdscan.New(client)},
+		generic:     generic,
+		ours:        &pagingStore{Interface: generic, etcd: newEtcdCodec(forResource, "/networks"), pages: scanner},
+		forResource: forResource,
+		scanner:     scanner,
 		compact: func(t *testing.T) {
 			resp, err := client.Get(context.Background(), "/")
 			if err != nil {
@@ -121,20 +131,25 @@ func list(t *testing.T, s storage.Interface, key string, pred storage.SelectionP
 }
 
 // samePage reads the page pred continues from both stores and fails unless they agree. The
-// allocating store leaves remainingItemCount unset (what it does not count); that it does shows
-// the page was its own.
+// paging store leaves remainingItemCount unset (what it does not count); that it does shows the
+// page was its own.
 func (f *pagesFixture) samePage(t *testing.T, key string, pred storage.SelectionPredicate) page {
 	t.Helper()
-	want, err := list(t, f.generic, key, pred)
+	return samePageOf(t, f.generic, f.ours, key, pred)
+}
+
+func samePageOf(t *testing.T, generic, ours storage.Interface, key string, pred storage.SelectionPredicate) page {
+	t.Helper()
+	want, err := list(t, generic, key, pred)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := list(t, f.ours, key, pred)
+	got, err := list(t, ours, key, pred)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.remaining != nil {
-		t.Fatalf("remainingItemCount %d: the page was not read by the allocating store", *got.remaining)
+		t.Fatalf("remainingItemCount %d: the page was not read by the paging store", *got.remaining)
 	}
 	got.remaining, want.remaining = nil, nil
 	if !reflect.DeepEqual(got, want) {
@@ -150,7 +165,6 @@ func (f *pagesFixture) samePage(t *testing.T, key string, pred storage.Selection
 // continue token. The allocating store leaves remainingItemCount unset (what it does not
 // count); that it does shows the page was its own.
 func TestContinuePagesAsTheEtcd3Store(t *testing.T) {
-	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, false)
 	f := newPagesFixture(t)
 	for i := range 60 {
 		var l map[string]string
@@ -211,7 +225,6 @@ func TestContinuePagesAsTheEtcd3Store(t *testing.T) {
 // continue token goes on at the current revision, from both stores alike; the 410's token
 // then lists the rest.
 func TestContinuePageErrors(t *testing.T) {
-	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, false)
 	f := newPagesFixture(t)
 	for i := range 10 {
 		f.put(t, "a", fmt.Sprintf("n%02d", i), nil)
@@ -259,34 +272,77 @@ func TestContinuePageErrors(t *testing.T) {
 	}
 }
 
-// TestContinuePagesFromCacheSnapshots: with ListFromCacheSnapshot on, continue pages are the
-// generic storage's (the watch cache serves them from its snapshots).
-func TestContinuePagesFromCacheSnapshots(t *testing.T) {
-	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
+// TestPagedBeneathTheWatchCache: the Network storage is the watch cache over the paging store:
+// a continue page the cache hands on (ListFromCacheSnapshot off) is read by the paging store
+// and equals the etcd3 store's; with ListFromCacheSnapshot on the cache serves it from its
+// snapshot. With the watch cache off the storage is the paging store itself.
+func TestPagedBeneathTheWatchCache(t *testing.T) {
 	f := newPagesFixture(t)
 	for i := range 5 {
 		f.put(t, "a", fmt.Sprintf("n%02d", i), nil)
 	}
+	build := func(t *testing.T, decorate generic.StorageDecorator) storage.Interface {
+		t.Helper()
+		keyFunc := func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/networks/", obj) }
+		s, destroy, err := pagedBeneath(decorate, f.scanner)(f.forResource, "/networks", keyFunc,
+			func() runtime.Object { return &samplecrd.Network{} }, func() runtime.Object { return &samplecrd.NetworkList{} },
+			network.GetAttrs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(destroy)
+		// Until the watch cache has synced it hands every list to the storage beneath it.
+		if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return s.ReadinessCheck() == nil, nil
+		}); err != nil {
+			t.Fatalf("the storage never became ready: %v", err)
+		}
+		return s
+	}
 	pred := storage.SelectionPredicate{Label: labels.Everything(), Field: fieldsel.Everything(), GetAttrs: network.GetAttrs, Limit: 2}
-	first, err := list(t, f.generic, "/networks", pred)
-	if err != nil {
-		t.Fatal(err)
+	firstPage := func(t *testing.T, s storage.Interface) storage.SelectionPredicate {
+		t.Helper()
+		first, err := list(t, s, "/networks", pred)
+		if err != nil || first.next == "" {
+			t.Fatalf("first page %+v, %v: want one with a continue token", first, err)
+		}
+		p := pred
+		p.Continue = first.next
+		return p
 	}
-	pred.Continue = first.next
-	got, err := list(t, f.ours, "/networks", pred)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.remaining == nil {
-		t.Fatal("with ListFromCacheSnapshot on the allocating store read the page itself")
-	}
+
+	t.Run("watch cache, ListFromCacheSnapshot off", func(t *testing.T) {
+		featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, false)
+		s := build(t, genericregistry.StorageWithCacher())
+		if _, ok := s.(*cacherstorage.CacheDelegator); !ok {
+			t.Fatalf("built a %T, want the watch cache", s)
+		}
+		samePageOf(t, f.generic, s, "/networks", firstPage(t, s))
+	})
+	t.Run("watch cache, ListFromCacheSnapshot on", func(t *testing.T) {
+		featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
+		s := build(t, genericregistry.StorageWithCacher())
+		got, err := list(t, s, "/networks", firstPage(t, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.remaining == nil {
+			t.Fatal("with ListFromCacheSnapshot on the continue page reached the paging store")
+		}
+	})
+	t.Run("no watch cache", func(t *testing.T) {
+		s := build(t, generic.UndecoratedStorage)
+		if _, ok := s.(*pagingStore); !ok {
+			t.Fatalf("built a %T, want the paging store", s)
+		}
+		samePageOf(t, f.generic, s, "/networks", firstPage(t, s))
+	})
 }
 
 // TestContinuePageFilledMidRead: a selector drops a whole read, the next (twice as large)
 // reaches the end of the range and fills the page before its last key: the page must still
 // say that more follow, as the etcd3 store's does, and the walk must end with every match.
 func TestContinuePageFilledMidRead(t *testing.T) {
-	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, false)
 	f := newPagesFixture(t)
 	x := map[string]string{"tier": "x"}
 	for i := range 4 {

@@ -20,6 +20,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -30,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
+	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/client-go/tools/cache"
@@ -58,8 +61,6 @@ type allocatingStore struct {
 	// vnis, when set, are the VNI keys: a create assigns the Network its VNI in its own
 	// transaction, a delete removes its keys in its own.
 	vnis *segment.VNIs
-	// pages, when set, reads the continue pages of paged lists (see servesContinue).
-	pages *etcdscan.Scanner
 }
 
 // errCreateInstead stops an update that turned out to be a create (server-side apply of a new
@@ -84,6 +85,9 @@ func (g allocatingOptions) GetRESTOptions(resource schema.GroupResource, example
 		return opts, err
 	}
 	decorate := opts.Decorator
+	if g.allocations.Pages != nil {
+		decorate = pagedBeneath(decorate, g.allocations.Pages)
+	}
 	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
 		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs,
 		indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
@@ -94,10 +98,58 @@ func (g allocatingOptions) GetRESTOptions(resource schema.GroupResource, example
 		codec := newEtcdCodec(config, resourcePrefix)
 		g.built(codec)
 		return &allocatingStore{Interface: inner, allocator: g.allocations.Allocator, scoping: g.allocations.Scoping, etcd: codec,
-			blocks: g.allocations.Blocks, blockObjects: g.allocations.BlockObjects, vnis: g.allocations.VNIs,
-			pages: g.allocations.Pages}, destroy, nil
+			blocks: g.allocations.Blocks, blockObjects: g.allocations.BlockObjects, vnis: g.allocations.VNIs}, destroy, nil
 	}
 	return opts, nil
+}
+
+// pagedBeneath returns a decorator that builds what decorate builds — the watch cache over the
+// etcd3 store, or the etcd3 store alone when decorate is generic.UndecoratedStorage (the watch
+// cache is off for Networks) — with a pagingStore around the etcd3 store, so that every continue
+// page read from etcd, the watch cache's and its consistency checker's included, is read
+// without counting the rest of the range. The watch cache is built as k8s.io/apiserver's
+// StorageWithCacher builds it, over the pagingStore.
+func pagedBeneath(decorate generic.StorageDecorator, pages *etcdscan.Scanner) generic.StorageDecorator {
+	cached := reflect.ValueOf(decorate).Pointer() != reflect.ValueOf(generic.UndecoratedStorage).Pointer()
+	return func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
+		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs,
+		indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
+		raw, destroyRaw, err := generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
+		if err != nil {
+			return nil, destroyRaw, err
+		}
+		paged := &pagingStore{Interface: raw, etcd: newEtcdCodec(config, resourcePrefix), pages: pages}
+		if !cached {
+			return paged, destroyRaw, nil
+		}
+		cacher, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
+			Storage:             paged,
+			Versioner:           storage.APIObjectVersioner{},
+			GroupResource:       config.GroupResource,
+			EventsHistoryWindow: config.EventsHistoryWindow,
+			ResourcePrefix:      resourcePrefix,
+			KeyFunc:             keyFunc,
+			NewFunc:             newFunc,
+			NewListFunc:         newListFunc,
+			GetAttrsFunc:        getAttrs,
+			IndexerFuncs:        triggers,
+			Indexers:            indexers,
+			Codec:               config.Codec,
+		})
+		if err != nil {
+			destroyRaw()
+			return nil, func() {}, err
+		}
+		delegator := cacherstorage.NewCacheDelegator(cacher, paged)
+		var once sync.Once
+		return delegator, func() {
+			once.Do(func() {
+				delegator.Stop()
+				cacher.Stop()
+				destroyRaw()
+			})
+		}, nil
+	}
 }
 
 // Create stores obj and its allocation in one transaction. An overlap is returned as the
@@ -267,11 +319,8 @@ func (s *allocatingStore) Get(ctx context.Context, key string, opts storage.GetO
 	return storageError(s.Interface.Get(ctx, key, opts, objPtr))
 }
 
-// GetList reads continue pages itself (servesContinue), other lists through the generic storage;
-// an unreachable etcd is a 503, not a 500.
+// GetList lists through the generic storage (continue pages that reach etcd are read by the
+// pagingStore beneath the watch cache); an unreachable etcd is a 503, not a 500.
 func (s *allocatingStore) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
-	if s.servesContinue(opts) {
-		return storageError(s.continueList(ctx, key, opts, listObj))
-	}
 	return storageError(s.Interface.GetList(ctx, key, opts, listObj))
 }
