@@ -58,6 +58,8 @@ type Loop struct {
 	Watch  func(ctx context.Context, resourceVersion string) (watch.Interface, error)
 	Guard  GuardFunc
 	Mirror MirrorFunc
+
+	retry time.Duration // how soon a watch that failed or ended is opened again (0: a second)
 }
 
 type loopItem struct {
@@ -91,15 +93,30 @@ func (l *Loop) Run(ctx context.Context) {
 	// each closed watch replay the whole collection, and at a million Networks under creates the
 	// replay took long enough for the watch cache to close the watch again.
 	rv := ""
+	// initializing: the watch cache refused the last watch while it loads the Networks (429,
+	// for some 30 s at a million after a start): said once, not an error every second.
+	initializing := false
+	retry := l.retry
+	if retry == 0 {
+		retry = time.Second
+	}
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		w, err := l.Watch(ctx, rv)
 		if err != nil {
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				rv = ""
 			}
+			if apierrors.IsTooManyRequests(err) {
+				if !initializing {
+					klog.InfoS("Waiting for the watch cache of networks to load before giving networks their VNIs", "reason", err.Error())
+				}
+				initializing = true
+				return
+			}
 			klog.ErrorS(err, "Watching networks for their VNIs", "resourceVersion", rv)
 			return
 		}
+		initializing = false
 		defer w.Stop()
 		for {
 			select {
@@ -138,7 +155,7 @@ func (l *Loop) Run(ctx context.Context) {
 				}
 			}
 		}
-	}, time.Second)
+	}, retry)
 }
 
 // sync gives the Network of it a VNI if its keys hold none, and mirrors the keys into status.vni.

@@ -17,15 +17,20 @@ limitations under the License.
 package segment
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/klog/v2"
 
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 )
@@ -57,7 +62,7 @@ func TestLoopResumesWhereItsWatchEnded(t *testing.T) {
 		{},
 	}
 	done := make(chan struct{})
-	l := &Loop{Watch: func(_ context.Context, rv string) (watch.Interface, error) {
+	l := &Loop{retry: time.Millisecond, Watch: func(_ context.Context, rv string) (watch.Interface, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		asked = append(asked, rv)
@@ -73,12 +78,56 @@ func TestLoopResumesWhereItsWatchEnded(t *testing.T) {
 		w.Stop()
 		return w, nil
 	}}
-	go l.Run(ctx)
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		l.Run(ctx)
+	}()
 	<-done
 	cancel()
+	<-ran // nothing of it runs on into the next test
 	mu.Lock()
 	defer mu.Unlock()
 	if want := []string{"", "", "12", "20", ""}; fmt.Sprint(asked) != fmt.Sprint(want) {
 		t.Fatalf("watched from %q, want %q", asked, want)
+	}
+}
+
+// TestLoopWaitsQuietlyForTheWatchCache: while the watch cache loads it refuses watches (429); the
+// loop says so once, at info, and logs no error for it.
+func TestLoopWaitsQuietlyForTheWatchCache(t *testing.T) {
+	var buf bytes.Buffer
+	klog.LogToStderr(false)
+	klog.SetOutput(&buf)
+	defer func() {
+		klog.SetOutput(io.Discard)
+		klog.LogToStderr(true)
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opened := make(chan struct{})
+	calls := 0
+	l := &Loop{retry: time.Millisecond, Watch: func(context.Context, string) (watch.Interface, error) {
+		if calls++; calls <= 5 {
+			return nil, apierrors.NewTooManyRequests("storage is (re)initializing", 1)
+		}
+		close(opened)
+		return watch.NewFake(), nil // stays open
+	}}
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		l.Run(ctx)
+	}()
+	<-opened
+	cancel()
+	<-ran
+	klog.Flush()
+	out := buf.String()
+	if n := strings.Count(out, "Waiting for the watch cache of networks"); n != 1 {
+		t.Errorf("said it waits %d times over 5 refused watches, want once:\n%s", n, out)
+	}
+	if strings.Contains(out, "Watching networks for their VNIs") {
+		t.Errorf("logged the refused watches as errors:\n%s", out)
 	}
 }
