@@ -40,6 +40,17 @@ func network(name, rv string) *samplecrd.Network {
 		Status: samplecrd.NetworkStatus{VNI: 7}}
 }
 
+// start runs l until ctx is done; the channel closes when Run has returned, which a test waits
+// for so that nothing of its loop runs on (and logs) into the next test.
+func start(ctx context.Context, l *Loop) <-chan struct{} {
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		l.Run(ctx)
+	}()
+	return ran
+}
+
 // TestLoopResumesWhereItsWatchEnded: the loop's first watch asks for the initial events; a
 // watch closed before their bookmark starts over, one closed after it resumes at the last
 // event's revision (not replaying every Network), and a watch too old to resume starts over.
@@ -78,14 +89,10 @@ func TestLoopResumesWhereItsWatchEnded(t *testing.T) {
 		w.Stop()
 		return w, nil
 	}}
-	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
-		l.Run(ctx)
-	}()
+	ran := start(ctx, l)
 	<-done
 	cancel()
-	<-ran // nothing of it runs on into the next test
+	<-ran
 	mu.Lock()
 	defer mu.Unlock()
 	if want := []string{"", "", "12", "20", ""}; fmt.Sprint(asked) != fmt.Sprint(want) {
@@ -114,11 +121,7 @@ func TestLoopWaitsQuietlyForTheWatchCache(t *testing.T) {
 		close(opened)
 		return watch.NewFake(), nil // stays open
 	}}
-	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
-		l.Run(ctx)
-	}()
+	ran := start(ctx, l)
 	<-opened
 	cancel()
 	<-ran
