@@ -160,9 +160,9 @@ func samePageOf(t *testing.T, generic, ours storage.Interface, key string, pred 
 
 // TestContinuePagesAsTheEtcd3Store walks paged lists of Networks (all namespaces and one, with
 // and without selectors, limits that do and do not divide the collection) and reads every
-// continue page from both the etcd3 store and the allocating store, while Networks are created,
+// continue page from both the etcd3 store and the paging store, while Networks are created,
 // changed and deleted between pages: both must return the same items, resourceVersion and
-// continue token. The allocating store leaves remainingItemCount unset (what it does not
+// continue token. The paging store leaves remainingItemCount unset (what it does not
 // count); that it does shows the page was its own.
 func TestContinuePagesAsTheEtcd3Store(t *testing.T) {
 	f := newPagesFixture(t)
