@@ -191,7 +191,7 @@ func parseFlags(args []string) (config, error) {
 	fs.Var(&sizes, "memory-sizes", "comma-separated object counts at which memory per object is measured")
 	fs.IntVar(&c.RestartObjects, "restart-objects", 50000, "objects stored when the servers are restarted")
 	fs.BoolVar(&c.Quick, "quick", false, "tiny sizes (n=200, 5 watchers, 20 updates, sync 1000, memory 500,1000, restart 1000, 50 agents and 100 agent updates with 1000 stored): a check that everything works, in a minute or two")
-	fs.BoolVar(&c.Profile, "profile", false, "also write CPU profiles (taken during the first creates and during the node agents' updates), heap profiles (at the largest memory size) and heap and goroutine profiles (before and with the node agents' watchers open) of both servers into the output dir")
+	fs.BoolVar(&c.Profile, "profile", false, "also write CPU profiles (taken during the first creates, during the creates through kube-apiserver — for ours, of kube-apiserver proxying them too — and during the node agents' updates), heap profiles (at the largest memory size) and heap and goroutine profiles (before and with the node agents' watchers open) of both servers into the output dir")
 	fs.IntVar(&c.ProfileSeconds, "profile-seconds", 10, "length of the CPU profiles")
 	fs.BoolVar(&c.Compression, "compression", false, "let clients ask for gzip responses (off by default: on loopback it only costs the servers CPU)")
 	fs.StringVar(&c.Out, "out", "_output/bench", "directory for the JSON file (bench-<time>.json) and profiles")

@@ -122,7 +122,25 @@ func (b *bench) watchFanout(ctx context.Context) error {
 // 4. Creates and LISTs through kube-apiserver: ours via the aggregation layer, the CRD as always.
 func (b *bench) aggregated(ctx context.Context) error {
 	for _, s := range b.sides() {
+		// Profiles of the server and, for ours, of kube-apiserver proxying to it.
+		var profiles []func() (string, error)
+		if b.cfg.Profile {
+			stamp := b.res.Started.Format("20060102-150405")
+			profiles = append(profiles, cpuProfile(ctx, s.direct.endpoint(), b.cfg.ProfileSeconds, b.cfg.Out,
+				fmt.Sprintf("cpu-%s-create-aggregated-%s.pprof", s.component, stamp)))
+			if s.aggregated.endpoint() != s.direct.endpoint() {
+				profiles = append(profiles, cpuProfile(ctx, s.aggregated.endpoint(), b.cfg.ProfileSeconds, b.cfg.Out,
+					fmt.Sprintf("cpu-%s-proxy-create-aggregated-%s.pprof", s.component, stamp)))
+			}
+		}
 		s.fig.CreateAggregated = b.creates(ctx, s, s.aggregated, aggNamespace, b.cfg.N/2, "create via kube-apiserver")
+		for _, profile := range profiles {
+			if f, err := profile(); err != nil {
+				b.fail("%s: CPU profile: %v", s.name, err)
+			} else {
+				s.fig.Profiles = append(s.fig.Profiles, f)
+			}
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
