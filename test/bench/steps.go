@@ -130,7 +130,7 @@ func (b *bench) aggregated(ctx context.Context) error {
 				fmt.Sprintf("cpu-%s-create-aggregated-%s.pprof", s.component, stamp)))
 			if s.aggregated.endpoint() != s.direct.endpoint() {
 				profiles = append(profiles, cpuProfile(ctx, s.aggregated.endpoint(), b.cfg.ProfileSeconds, b.cfg.Out,
-					fmt.Sprintf("cpu-%s-proxy-create-aggregated-%s.pprof", s.component, stamp)))
+					fmt.Sprintf("cpu-kube-apiserver-proxying-create-aggregated-%s.pprof", stamp)))
 			}
 		}
 		s.fig.CreateAggregated = b.creates(ctx, s, s.aggregated, aggNamespace, b.cfg.N/2, "create via kube-apiserver")
