@@ -469,11 +469,7 @@ func (b *bench) agentWatchers(ctx context.Context, s *side, ns string, names []s
 	res.ClientCores = (selfAfter - selfBefore).Seconds() / res.Seconds
 	// Waited for after the CPU figures, which a profile longer than the updates would dilute.
 	if profile != nil {
-		if f, err := profile(); err != nil {
-			b.fail("%s: node agents: CPU profile: %v", s.name, err)
-		} else {
-			s.fig.Profiles = append(s.fig.Profiles, f)
-		}
+		b.keepProfile(s, "node agents: CPU profile", profile)
 	}
 	if res.MemoryUpdated, err = b.agentMemory(ctx, s); err != nil {
 		return nil, err

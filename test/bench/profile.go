@@ -57,6 +57,16 @@ func cpuProfile(ctx context.Context, ep *endpoint, seconds int, dir, name string
 	}
 }
 
+// keepProfile waits for a profile cpuProfile started and records its file among s's profiles;
+// a failed one fails the run, named by what.
+func (b *bench) keepProfile(s *side, what string, wait func() (string, error)) {
+	if f, err := wait(); err != nil {
+		b.fail("%s: %s: %v", s.name, what, err)
+	} else {
+		s.fig.Profiles = append(s.fig.Profiles, f)
+	}
+}
+
 func heapProfile(ctx context.Context, ep *endpoint, dir, name string) (string, error) {
 	return saveProfile(ctx, ep, "/debug/pprof/heap?gc=1", dir, name)
 }

@@ -44,11 +44,7 @@ func (b *bench) createDirect(ctx context.Context) error {
 		}
 		s.fig.Create = b.creates(ctx, s, s.direct, benchNamespace, b.cfg.N, "create")
 		if profile != nil {
-			if f, err := profile(); err != nil {
-				b.fail("%s: CPU profile: %v", s.name, err)
-			} else {
-				s.fig.Profiles = append(s.fig.Profiles, f)
-			}
+			b.keepProfile(s, "CPU profile", profile)
 		}
 	}
 	return ctx.Err()
@@ -135,11 +131,7 @@ func (b *bench) aggregated(ctx context.Context) error {
 		}
 		s.fig.CreateAggregated = b.creates(ctx, s, s.aggregated, aggNamespace, b.cfg.N/2, "create via kube-apiserver")
 		for _, profile := range profiles {
-			if f, err := profile(); err != nil {
-				b.fail("%s: CPU profile: %v", s.name, err)
-			} else {
-				s.fig.Profiles = append(s.fig.Profiles, f)
-			}
+			b.keepProfile(s, "CPU profile", profile)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
