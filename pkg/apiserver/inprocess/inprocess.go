@@ -26,6 +26,7 @@ package inprocess
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -44,9 +45,13 @@ type Server struct {
 	srv      *http.Server
 	l        *listener
 	served   chan struct{}
+	handlers handlers
 	closeErr error
 	once     sync.Once
 }
+
+// handlersGrace bounds how long Close waits for the handlers of the requests it ended.
+var handlersGrace = 30 * time.Second
 
 // Serve starts serving h. Close stops it.
 func Serve(h http.Handler) *Server {
@@ -55,12 +60,21 @@ func Serve(h http.Handler) *Server {
 	s := &Server{
 		l:      newListener(),
 		served: make(chan struct{}),
-		srv: &http.Server{
-			Handler:           h,
-			Protocols:         &protocols,
-			ReadHeaderTimeout: 32 * time.Second,
-			MaxHeaderBytes:    1 << 20,
-		},
+	}
+	s.srv = &http.Server{
+		// Counted, so that Close can wait for them: http.Server.Close closes the connections
+		// but returns before their handlers have seen their requests end.
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !s.handlers.start() {
+				http.Error(w, errClosed.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			defer s.handlers.done()
+			h.ServeHTTP(w, r)
+		}),
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 32 * time.Second,
+		MaxHeaderBytes:    1 << 20,
 	}
 	go func() {
 		defer close(s.served)
@@ -99,13 +113,59 @@ func (s *Server) Transport() *http.Transport {
 }
 
 // Close stops accepting connections and closes those open, which ends their requests and
-// watches. It waits for the serving goroutine.
+// watches. It waits for the serving goroutine and for the handlers of the ended requests to
+// return (for at most handlersGrace: a handler that ignores its request's end is reported, not
+// waited for forever).
 func (s *Server) Close() error {
 	s.once.Do(func() {
 		s.closeErr = s.srv.Close()
 		<-s.served
+		select {
+		case <-s.handlers.close():
+		case <-time.After(handlersGrace):
+			s.closeErr = errors.Join(s.closeErr, fmt.Errorf("in-process handlers still running %v after Close", handlersGrace))
+		}
 	})
 	return s.closeErr
+}
+
+// handlers counts the running handlers; once closed, it starts none.
+type handlers struct {
+	mu       sync.Mutex
+	running  int
+	closed   bool
+	returned chan struct{} // closed when closed and none is running
+}
+
+func (c *handlers) start() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.running++
+	return true
+}
+
+func (c *handlers) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.running--
+	if c.closed && c.running == 0 {
+		close(c.returned)
+	}
+}
+
+// close starts no more handlers and returns a channel closed when none is running.
+func (c *handlers) close() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.returned = make(chan struct{})
+	if c.running == 0 {
+		close(c.returned)
+	}
+	return c.returned
 }
 
 // errClosed is returned by dials and Accept after Close.

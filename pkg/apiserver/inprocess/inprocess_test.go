@@ -148,3 +148,24 @@ func TestCloseEndsStreamsAndRefusesNewRequests(t *testing.T) {
 		t.Fatal("the handler of the stream did not return on Close")
 	}
 }
+
+func TestCloseReportsAHandlerThatIgnoresItsEnd(t *testing.T) {
+	defer func(grace time.Duration) { handlersGrace = grace }(handlersGrace)
+	handlersGrace = 100 * time.Millisecond
+	entered, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	s := Serve(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		close(entered)
+		<-release // ignores its request's context
+	}))
+	client, err := rest.HTTPClientFor(s.ClientConfig(&rest.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = get(context.Background(), client, "/stuck") }()
+	<-entered
+	err = s.Close()
+	if err == nil || !strings.Contains(err.Error(), "handlers still running") {
+		t.Fatalf("Close returned %v; want the handler reported as still running", err)
+	}
+}
