@@ -147,6 +147,9 @@ func TestListFromCacheSnapshotDefaultsOff(t *testing.T) {
 	if utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {
 		t.Error("ListFromCacheSnapshot is on by default")
 	}
+	// The feature gates' flag values live in a process-wide registry, which applies them again
+	// at every later Complete: leave it as a process that never set the flag would have it.
+	t.Cleanup(func() { parsedOptions(t, "--data-dir", t.TempDir(), "--feature-gates", "ListFromCacheSnapshot=false") })
 	parsedOptions(t, "--data-dir", t.TempDir(), "--feature-gates", "ListFromCacheSnapshot=true")
 	if !utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {
 		t.Error("--feature-gates=ListFromCacheSnapshot=true did not turn it on")
