@@ -118,7 +118,7 @@ func TestRenderConfigBlocks(t *testing.T) {
 	d := desired4("default/blocks")
 	d.Blocks = []netip.Prefix{netip.MustParsePrefix("10.99.0.0/28"), netip.MustParsePrefix("10.99.0.240/28"),
 		netip.MustParsePrefix("10.99.0.64/26")}
-	content, err := renderConfig(d, "", netbackend.BridgeMAC(d.Key))
+	content, err := renderConfig(d, "", netbackend.BridgeMAC(d.Key), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestRenderConfigBlocks(t *testing.T) {
 		t.Errorf("routes %+v without DefaultRoute, want none", ipam.Routes)
 	}
 	d.DefaultRoute = true
-	content, _ = renderConfig(d, "", netbackend.BridgeMAC(d.Key))
+	content, _ = renderConfig(d, "", netbackend.BridgeMAC(d.Key), nil)
 	if r := parseConf(t, content).Bridge.IPAM.Routes; len(r) != 1 || r[0].Dst != "0.0.0.0/0" {
 		t.Errorf("routes %+v with DefaultRoute, want 0.0.0.0/0", r)
 	}
@@ -143,7 +143,7 @@ func TestRenderConfigBlocks(t *testing.T) {
 	// IPv6: the last address of the prefix is an address like any other.
 	d6 := netbackend.Desired{Key: "default/blocks6", Prefix: netip.MustParsePrefix("fd00:99::/64"), Gateway: netip.MustParseAddr("fd00:99::1"),
 		Blocks: []netip.Prefix{netip.MustParsePrefix("fd00:99::/120"), netip.MustParsePrefix("fd00:99::ffff:ffff:ffff:ff00/120")}, DefaultRoute: true}
-	content, err = renderConfig(d6, "", netbackend.BridgeMAC(d6.Key))
+	content, err = renderConfig(d6, "", netbackend.BridgeMAC(d6.Key), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,13 +159,13 @@ func TestRenderConfigBlocks(t *testing.T) {
 	// No block (or only blocks clipped away): no configuration at all.
 	for _, blocks := range [][]netip.Prefix{{}, {netip.MustParsePrefix("10.99.0.0/32")}, {netip.MustParsePrefix("10.99.0.255/32")}} {
 		d.Blocks = blocks
-		if content, err := renderConfig(d, "", netbackend.BridgeMAC(d.Key)); err != nil || content != nil {
+		if content, err := renderConfig(d, "", netbackend.BridgeMAC(d.Key), nil); err != nil || content != nil {
 			t.Errorf("blocks %v: configuration %s, %v; want none", blocks, content, err)
 		}
 	}
 	// nil Blocks: the whole prefix with a default route, exactly as before blocks existed.
 	d.Blocks, d.DefaultRoute = nil, false
-	content, _ = renderConfig(d, "", netbackend.BridgeMAC(d.Key))
+	content, _ = renderConfig(d, "", netbackend.BridgeMAC(d.Key), nil)
 	ipam = parseConf(t, content).Bridge.IPAM
 	if len(ipam.Ranges[0]) != 1 || ipam.Ranges[0][0] != (rangeConf{Subnet: "10.99.0.0/24", Gateway: "10.99.0.1"}) ||
 		len(ipam.Routes) != 1 || ipam.Routes[0].Dst != "0.0.0.0/0" || strings.Contains(string(content), "rangeStart") {

@@ -195,9 +195,9 @@ type routeConf struct {
 // of one range per block (see blockRanges) and a default route only if d.DefaultRoute. When
 // the node has no address to hand out (d.Blocks empty but not nil, or every block clipped
 // away) it returns nil: the node must have no configuration. ipamDataDir, when set, is
-// host-local's dataDir. The list records bridgeMAC as the bridge's MAC (MACField). Equal
-// inputs give equal bytes.
-func renderConfig(d netbackend.Desired, ipamDataDir string, bridgeMAC net.HardwareAddr) ([]byte, error) {
+// host-local's dataDir. The list records bridgeMAC as the bridge's MAC (MACField). With attach,
+// our plugin's entry comes first (Config.BridgeOnAttach). Equal inputs give equal bytes.
+func renderConfig(d netbackend.Desired, ipamDataDir string, bridgeMAC net.HardwareAddr, attach *attachConf) ([]byte, error) {
 	defaultRoute := "0.0.0.0/0"
 	if d.Gateway.Is6() {
 		defaultRoute = "::/0"
@@ -236,6 +236,9 @@ func renderConfig(d netbackend.Desired, ipamDataDir string, bridgeMAC net.Hardwa
 			},
 			portmapConf{Type: "portmap", Capabilities: map[string]bool{"portMappings": true}, SNAT: true},
 		},
+	}
+	if attach != nil {
+		list.Plugins = append([]any{*attach}, list.Plugins...)
 	}
 	out, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {

@@ -83,11 +83,11 @@ func TestAlias(t *testing.T) {
 
 func TestRenderConfig(t *testing.T) {
 	d := netbackend.Desired{Key: "default/net1", Prefix: netip.MustParsePrefix("10.99.0.7/24"), Gateway: netip.MustParseAddr("10.99.0.1"), MTU: 9000}
-	a, err := renderConfig(d, "/var/lib/test-ipam", netbackend.BridgeMAC(d.Key))
+	a, err := renderConfig(d, "/var/lib/test-ipam", netbackend.BridgeMAC(d.Key), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := renderConfig(d, "/var/lib/test-ipam", netbackend.BridgeMAC(d.Key))
+	b, _ := renderConfig(d, "/var/lib/test-ipam", netbackend.BridgeMAC(d.Key), nil)
 	if string(a) != string(b) {
 		t.Fatal("RenderConfig is not deterministic")
 	}
@@ -110,7 +110,7 @@ func TestRenderConfig(t *testing.T) {
 	}
 	masq := d
 	masq.IPMasq = true
-	if m, _ := renderConfig(masq, "/var/lib/test-ipam", netbackend.BridgeMAC(masq.Key)); !parseConf(t, m).Bridge.IPMasq {
+	if m, _ := renderConfig(masq, "/var/lib/test-ipam", netbackend.BridgeMAC(masq.Key), nil); !parseConf(t, m).Bridge.IPMasq {
 		t.Errorf("ipMasq not set for a Network asking for it:\n%s", m)
 	}
 	ipam := conf.Bridge.IPAM
@@ -119,7 +119,7 @@ func TestRenderConfig(t *testing.T) {
 		t.Errorf("bridge configuration %+v", conf.Bridge)
 	}
 	// Without a data directory the field is absent, leaving host-local's default.
-	c, _ := renderConfig(d, "", netbackend.BridgeMAC(d.Key))
+	c, _ := renderConfig(d, "", netbackend.BridgeMAC(d.Key), nil)
 	if parseConf(t, c).Bridge.IPAM.DataDir != "" || regexp.MustCompile(`dataDir`).Match(c) {
 		t.Errorf("dataDir present without being set:\n%s", c)
 	}
@@ -134,7 +134,7 @@ func TestWriteFileAtomicAndListConfigKeys(t *testing.T) {
 		t.Fatalf("listConfigKeys of a missing directory = %v, %v", keys, err)
 	}
 	d := desired4("default/net1")
-	content, err := renderConfig(d, "", netbackend.BridgeMAC(d.Key))
+	content, err := renderConfig(d, "", netbackend.BridgeMAC(d.Key), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 )
 
@@ -129,6 +131,18 @@ func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath str
 	if err != nil {
 		return nil, netbackend.Outcome{}, fail(err, "looking up bridge %s of network %s", name, d.Key)
 	}
+	if b.cfg.BridgeOnAttach && link != nil && isOurs(link, d.Key) && link.Attrs().Flags&net.FlagUp == 0 {
+		// A bridge of ours that is down may be one our plugin is making (attach.go): wait for
+		// it, and keep it from starting another while this finishes or repairs the bridge.
+		unlock, err := lockDir(b.cfg.CNIConfDir)
+		if err != nil {
+			return nil, netbackend.Outcome{}, fail(err, "taking the lock of %s", b.cfg.CNIConfDir)
+		}
+		defer unlock()
+		if link, err = b.linkByName(name); err != nil {
+			return nil, netbackend.Outcome{}, fail(err, "looking up bridge %s of network %s", name, d.Key)
+		}
+	}
 	var reclaimed []string
 	if link != nil && isOurs(link, d.Key) && link.Attrs().Group == DeleteGroup {
 		// Marked for deletion by a Remove that did not finish (a crash, a failed delete): the
@@ -185,7 +199,12 @@ func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath str
 	} else if !recorded {
 		mac = netbackend.BridgeMAC(d.Key)
 	}
-	conf, err := renderConfig(d, b.cfg.IPAMDataDir, mac)
+	var attach *attachConf
+	if b.cfg.BridgeOnAttach {
+		c := newAttachConf(d, b.cfg.IPAMDataDir, b.cfg.CNIConfDir, mac)
+		attach = &c
+	}
+	conf, err := renderConfig(d, b.cfg.IPAMDataDir, mac, attach)
 	if err != nil {
 		return nil, netbackend.Outcome{}, netbackend.Errorf(netbackend.ReasonBackendError, "%v", err)
 	}
@@ -204,6 +223,12 @@ func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath str
 			return changes, netbackend.Outcome{}, fail(err, "looking up adopted bridge %s", name)
 		}
 	}
+	if b.cfg.BridgeOnAttach && link == nil && len(b.rememberedPorts(d.Key)) == 0 {
+		// No pod has used the Network here: the list alone, our plugin makes the bridge in the
+		// first ADD (attach.go).
+		written, err := b.writeConfig(confPath, existing, conf, state)
+		return append(changes, written...), netbackend.Outcome{Created: created}, errors.Join(err, blocked)
+	}
 	fresh := link == nil
 	if fresh {
 		var made []string
@@ -216,60 +241,20 @@ func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath str
 	attrs := link.Attrs()
 	b.remember(d.Key, name, attrs.Index)
 
-	if pin || !bytes.Equal(attrs.HardwareAddr, mac) {
-		// Set explicitly, a bridge's MAC no longer follows its ports.
-		if err := b.nl().LinkSetHardwareAddr(link, mac); err != nil {
-			return changes, netbackend.Outcome{}, fail(err, "setting the MAC of bridge %s to %s", name, mac)
-		}
-		if pin {
-			changes = append(changes, fmt.Sprintf("fixed MAC of %s at %s, the one its pods know", name, mac))
-		} else {
-			changes = append(changes, fmt.Sprintf("set MAC of %s from %s to %s", name, attrs.HardwareAddr, mac))
-		}
-	}
-
-	addrChanges, err := b.ensureAddress(link, d)
-	changes = append(changes, addrChanges...)
+	configured, err := b.configureBridge(link, d, mtu, mac, pin)
+	changes = append(changes, configured...)
 	if err != nil {
 		return changes, netbackend.Outcome{}, err
 	}
-	if attrs.MTU != mtu {
-		if err := b.nl().LinkSetMTU(link, mtu); err != nil {
-			return changes, netbackend.Outcome{}, fail(err, "setting the MTU of bridge %s to %d", name, mtu)
-		}
-		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", name, attrs.MTU, mtu))
-	}
-	prepared, err := b.prepareSegmentBridge(link, d, attrs.Flags&net.FlagUp != 0)
-	changes = append(changes, prepared...)
+	up, err := b.bridgeUp(link, d)
+	changes = append(changes, up...)
 	if err != nil {
 		return changes, netbackend.Outcome{}, err
 	}
-	if attrs.Flags&net.FlagUp == 0 {
-		if err := b.nl().LinkSetUp(link); err != nil {
-			return changes, netbackend.Outcome{}, fail(err, "setting bridge %s up", name)
-		}
-		changes = append(changes, fmt.Sprintf("set %s up", name))
-	}
-	linkLocal, err := b.ensureSegmentLinkLocal(link, d)
-	changes = append(changes, linkLocal...)
+	written, err := b.writeConfig(confPath, existing, conf, state)
+	changes = append(changes, written...)
 	if err != nil {
 		return changes, netbackend.Outcome{}, err
-	}
-	switch {
-	case conf == nil && state == confOurs:
-		// No block on this node: no runtime may hand out an address from the old ranges.
-		if err := os.Remove(confPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return changes, netbackend.Outcome{}, fail(err, "removing CNI configuration %s", confPath)
-		}
-		if err := syncDir(b.cfg.CNIConfDir); err != nil {
-			return changes, netbackend.Outcome{}, fail(err, "syncing %s", b.cfg.CNIConfDir)
-		}
-		changes = append(changes, fmt.Sprintf("removed CNI configuration %s: the node holds no block of the network", confPath))
-	case conf != nil && !bytes.Equal(existing, conf):
-		if err := writeFileAtomic(confPath, conf, state != confAbsent); err != nil {
-			return changes, netbackend.Outcome{}, fail(err, "writing CNI configuration %s", confPath)
-		}
-		changes = append(changes, fmt.Sprintf("wrote CNI configuration %s", confPath))
 	}
 	portChanges, ports, err := b.ensurePorts(link, d.Key, fresh)
 	changes = append(changes, portChanges...)
@@ -282,4 +267,75 @@ func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath str
 		err = blocked
 	}
 	return changes, netbackend.Outcome{Created: created, Ports: ports}, err
+}
+
+// configureBridge gives link, d's bridge, the MAC mac (pin: one it had, kept, which the changes
+// say), the gateway, the MTU and, before it goes up, what a segment needs of it.
+func (b *Backend) configureBridge(link netlink.Link, d netbackend.Desired, mtu int, mac net.HardwareAddr, pin bool) ([]string, error) {
+	attrs := link.Attrs()
+	name := attrs.Name
+	var changes []string
+	if pin || !bytes.Equal(attrs.HardwareAddr, mac) {
+		// Set explicitly, a bridge's MAC no longer follows its ports.
+		if err := b.nl().LinkSetHardwareAddr(link, mac); err != nil {
+			return changes, fail(err, "setting the MAC of bridge %s to %s", name, mac)
+		}
+		if pin {
+			changes = append(changes, fmt.Sprintf("fixed MAC of %s at %s, the one its pods know", name, mac))
+		} else {
+			changes = append(changes, fmt.Sprintf("set MAC of %s from %s to %s", name, attrs.HardwareAddr, mac))
+		}
+	}
+
+	addrChanges, err := b.ensureAddress(link, d)
+	changes = append(changes, addrChanges...)
+	if err != nil {
+		return changes, err
+	}
+	if attrs.MTU != mtu {
+		if err := b.nl().LinkSetMTU(link, mtu); err != nil {
+			return changes, fail(err, "setting the MTU of bridge %s to %d", name, mtu)
+		}
+		changes = append(changes, fmt.Sprintf("set MTU of %s from %d to %d", name, attrs.MTU, mtu))
+	}
+	prepared, err := b.prepareSegmentBridge(link, d, attrs.Flags&net.FlagUp != 0)
+	return append(changes, prepared...), err
+}
+
+// bridgeUp sets link, d's bridge, up and then leaves on it the link-local address a segment
+// gives it (a link that goes down loses its IPv6 addresses).
+func (b *Backend) bridgeUp(link netlink.Link, d netbackend.Desired) ([]string, error) {
+	name := link.Attrs().Name
+	var changes []string
+	if link.Attrs().Flags&net.FlagUp == 0 {
+		if err := b.nl().LinkSetUp(link); err != nil {
+			return changes, fail(err, "setting bridge %s up", name)
+		}
+		changes = append(changes, fmt.Sprintf("set %s up", name))
+	}
+	linkLocal, err := b.ensureSegmentLinkLocal(link, d)
+	return append(changes, linkLocal...), err
+}
+
+// writeConfig writes conf, the configuration list Ensure rendered, at confPath over existing
+// (in state), or removes ours when conf is nil.
+func (b *Backend) writeConfig(confPath string, existing, conf []byte, state confState) ([]string, error) {
+	var changes []string
+	switch {
+	case conf == nil && state == confOurs:
+		// No block on this node: no runtime may hand out an address from the old ranges.
+		if err := os.Remove(confPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return changes, fail(err, "removing CNI configuration %s", confPath)
+		}
+		if err := syncDir(b.cfg.CNIConfDir); err != nil {
+			return changes, fail(err, "syncing %s", b.cfg.CNIConfDir)
+		}
+		changes = append(changes, fmt.Sprintf("removed CNI configuration %s: the node holds no block of the network", confPath))
+	case conf != nil && !bytes.Equal(existing, conf):
+		if err := writeFileAtomic(confPath, conf, state != confAbsent); err != nil {
+			return changes, fail(err, "writing CNI configuration %s", confPath)
+		}
+		changes = append(changes, fmt.Sprintf("wrote CNI configuration %s", confPath))
+	}
+	return changes, nil
 }

@@ -40,7 +40,7 @@ func TestRemoveAndList(t *testing.T) {
 	// An orphaned configuration (its bridge gone) and an orphaned bridge (its configuration gone).
 	d3 := desired4(k3)
 	d3.Prefix, d3.Gateway = netip.MustParsePrefix("10.96.0.0/24"), netip.MustParseAddr("10.96.0.1")
-	conf3, err := renderConfig(d3, "", netbackend.BridgeMAC(d3.Key))
+	conf3, err := renderConfig(d3, "", netbackend.BridgeMAC(d3.Key), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,10 @@ type Config struct {
 	// host-local's default (/var/lib/cni/networks). Remove deletes the network's leftover
 	// reservations there.
 	IPAMDataDir string
+	// BridgeOnAttach leaves the bridge of a Network no pod has used on the node to the first
+	// ADD: the list starts with our plugin (AttachPluginType, attach.go), which makes the
+	// bridge then. Without it, Ensure makes every Network's bridge.
+	BridgeOnAttach bool
 }
 
 // Backend is the Linux netbackend.Backend. Its methods are safe for concurrent use.
