@@ -50,9 +50,11 @@ IMAGE ?= network-apiserver:$(KUBE_VERSION)
 
 all: build
 
-## build: the server binary, into _output/bin
+## build: the server binary, into _output/bin, and the samplecrd-bridge CNI plugin (--bridge-on-attach)
+## into _output/bin/cni, beside the reference plugins hack/build-tools.sh cni puts there
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/network-apiserver ./cmd/network-apiserver
+	$(GO) build -o $(BIN)/cni/samplecrd-bridge ./cmd/samplecrd-bridge
 
 ## image: the container image, built without a container daemon (hack/image): a static binary, no
 ## base image, user 65532, every timestamp SOURCE_DATE_EPOCH, so the same commit gives the same

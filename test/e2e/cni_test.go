@@ -69,16 +69,17 @@ type node struct {
 	client   versioned.Interface
 	cni      *libcni.CNIConfig
 	pluginsD string
+	args     []string // more flags for the server
 }
 
 func (n *node) start() {
 	t := n.t
 	t.Helper()
 	n.log = &bytes.Buffer{}
-	n.cmd = exec.Command(tool(t, "SERVER", "network-apiserver"),
-		"--data-dir", n.dataDir, "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(n.port),
+	args := []string{"--data-dir", n.dataDir, "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(n.port),
 		"--backend-netns", n.ns.Path, "--cni-conf-dir", n.confDir, "--cni-ipam-data-dir", n.ipamDir,
-		"--node-name", "e2e-node", "--controller-resync-period", "1s", "-v=2")
+		"--node-name", "e2e-node", "--controller-resync-period", "1s", "-v=2"}
+	n.cmd = exec.Command(tool(t, "SERVER", "network-apiserver"), append(args, n.args...)...)
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)

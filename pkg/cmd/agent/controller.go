@@ -61,10 +61,13 @@ type ControllerOptions struct {
 	CNIConfDir   string
 	BackendNetNS string
 	// IPAMDataDir is host-local's dataDir in the configuration lists; empty is its default.
-	IPAMDataDir  string
-	Workers      int
-	ResyncPeriod time.Duration
-	GCInterval   time.Duration
+	IPAMDataDir string
+	// BridgeOnAttach leaves a Network's bridge on the node to its first pod's ADD, where the
+	// samplecrd-bridge plugin (installed beside the reference plugins) makes it.
+	BridgeOnAttach bool
+	Workers        int
+	ResyncPeriod   time.Duration
+	GCInterval     time.Duration
 	// WatchNode watches the Node named NodeName when a core API client is at hand: while it is
 	// not Ready the node's status entries say NodeNotReady; once it is deleted they say
 	// NodeDeleted while the agent holds its Lease and pods hold addresses, else are withdrawn.
@@ -133,6 +136,8 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 		"Path of a network namespace (for example /var/run/netns/test) to confine bridges to; empty is the controller's own.")
 	fs.StringVar(&c.IPAMDataDir, "cni-ipam-data-dir", c.IPAMDataDir,
 		"host-local's dataDir in the CNI configuration lists (empty: host-local's default, /var/lib/cni/networks); a Network's leftover reservations there are removed with it.")
+	fs.BoolVar(&c.BridgeOnAttach, "bridge-on-attach", c.BridgeOnAttach,
+		"Make a Network's bridge on the node in its first pod's CNI ADD, by the samplecrd-bridge plugin that then comes first in the configuration list (it must be installed beside the reference plugins), instead of for every Network at once: a Network no pod uses here has its configuration list and no interface.")
 	fs.IntVar(&c.Workers, "controller-workers", c.Workers, "Networks reconciled in parallel.")
 	fs.DurationVar(&c.ResyncPeriod, "controller-resync-period", c.ResyncPeriod, "How often every Network is compared with the node again.")
 	fs.DurationVar(&c.GCInterval, "controller-gc-interval", c.GCInterval, "How often bridges and configurations without a Network are removed.")
@@ -215,7 +220,7 @@ func (c *ControllerOptions) Run(ctx context.Context, config *rest.Config, core C
 	if err != nil {
 		return err
 	}
-	backend, err := linux.New(linux.Config{NetNSPath: c.BackendNetNS, CNIConfDir: c.CNIConfDir, IPAMDataDir: c.IPAMDataDir})
+	backend, err := linux.New(linux.Config{NetNSPath: c.BackendNetNS, CNIConfDir: c.CNIConfDir, IPAMDataDir: c.IPAMDataDir, BridgeOnAttach: c.BridgeOnAttach})
 	if err != nil {
 		return fmt.Errorf("network backend: %w", err)
 	}

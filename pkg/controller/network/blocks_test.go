@@ -501,3 +501,38 @@ func TestDeletedNodeWithdrawsAfterItsLastLease(t *testing.T) {
 		t.Fatalf("entry after the last lease went: %+v", n.Status.Nodes)
 	}
 }
+
+// TestSegmentWaitsForTheBridgeOnAttach: with the bridge left to a pod's first ADD, a Network
+// with a segment is Ready on a node that has its list alone (no bridge, so no VXLAN device is
+// due); once the first ADD made the bridge and its VXLAN device, the entry names the device and
+// counts the pod.
+func TestSegmentWaitsForTheBridgeOnAttach(t *testing.T) {
+	n := blockNetwork()
+	n.Status.VNI = 1048577
+	n.Status.Nodes = []v1.NetworkNodeStatus{{NodeName: "node-b", UnderlayAddress: "192.168.77.2"}}
+	f := newBlocksFixture(t, n, "10.66.0.16/28")
+	f.backend.BridgeOnAttach = true
+	f.controller.opts.Underlay = netip.MustParseAddr("192.168.77.1")
+	f.controller.opts.OverlayMTU = 1450
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	if a := f.backend.Get("team/web"); a == nil || a.Bridge != "" || a.CNIConfig == nil {
+		t.Fatalf("node state %+v; want the list alone", a)
+	}
+	applied := f.statusApplies()
+	if len(applied) != 1 || !applied[0].Ready || applied[0].VXLAN != "" || applied[0].MTU != 1450 {
+		t.Fatalf("entry with the list alone: %+v; want Ready, no VXLAN device", applied)
+	}
+	f.refresh("web")
+	if !f.backend.Attach("team/web", "veth-pod1") {
+		t.Fatal("no list to attach with")
+	}
+	if _, err := f.sync("team/web"); err != nil {
+		t.Fatal(err)
+	}
+	applied = f.statusApplies()
+	if len(applied) != 1 || !applied[0].Ready || applied[0].VXLAN == "" || applied[0].Attachments != 1 {
+		t.Fatalf("entry after the first ADD: %+v; want Ready with the VXLAN device and one attachment", applied)
+	}
+}

@@ -85,7 +85,9 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 		}
 		if ensureErr == nil {
 			if actual, err := c.observeEnsured(ctx, key, desired.Segment != nil); err == nil && actual != nil {
-				if desired.Segment != nil {
+				// No bridge on the node (one made on a pod's first attach, none yet) has no
+				// VXLAN device either: the first ADD makes both.
+				if desired.Segment != nil && (actual.Bridge != "" || actual.Segment != nil) {
 					if actual.Segment == nil {
 						view.failure = netbackend.Errorf(netbackend.ReasonSegmentDown,
 							"the VXLAN device %s of the Network's segment is missing on node %s", netbackend.SegmentDeviceName(key), c.opts.NodeName)

@@ -56,6 +56,10 @@ type Backend struct {
 	watchers    map[int]func(string)
 	// watchersChanged is closed and replaced whenever a watcher starts or stops.
 	watchersChanged chan struct{}
+
+	// BridgeOnAttach is the linux backend's mode of that name: Ensure writes only the
+	// configuration of a Network that has no bridge and no ports; Attach makes the bridge.
+	BridgeOnAttach bool
 }
 
 var _ netbackend.Backend = (*Backend)(nil)
@@ -150,6 +154,15 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 		b.nodes[d.Key] = a
 	}
 	var changes []string
+	if b.BridgeOnAttach && a.Bridge == "" && len(a.Ports) == 0 {
+		if conf := CNIConfig(d); string(a.CNIConfig) != string(conf) {
+			a.CNIConfig = conf
+			changes = append(changes, "wrote CNI configuration for "+bridge)
+		}
+		b.desired[d.Key] = cloneDesired(d)
+		b.counts.Writes += len(changes)
+		return changes, netbackend.Outcome{Created: created}, nil
+	}
 	if a.Bridge == "" {
 		a.Bridge = bridge
 		changes = append(changes, "created bridge "+bridge)

@@ -180,3 +180,20 @@ func (b *Backend) SetWatchError(err error) {
 	defer b.mu.Unlock()
 	b.watchErr = err
 }
+
+// Attach is a pod's first ADD with BridgeOnAttach: the bridge is made as Ensure makes it, with
+// the pod's port, and watchers hear of it. It reports false when key has no configuration.
+func (b *Backend) Attach(key, port string) bool {
+	b.mu.Lock()
+	a, d := b.nodes[key], b.desired[key]
+	if a == nil || a.CNIConfig == nil {
+		b.mu.Unlock()
+		return false
+	}
+	a.Bridge, a.Up, a.MTU = netbackend.BridgeName(key), true, d.EffectiveMTU()
+	a.Addresses = []netip.Prefix{netip.PrefixFrom(d.Gateway, d.Prefix.Bits())}
+	ensureSegment(a, d)
+	a.Ports = append(a.Ports, port)
+	b.notifyUnlock(key)
+	return true
+}

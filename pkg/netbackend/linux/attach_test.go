@@ -185,7 +185,9 @@ func TestBridgeOnAttachConcurrentFirstADDs(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, pod := range pods {
 		rt := &libcni.RuntimeConf{ContainerID: fmt.Sprintf("rush-%d", i), NetNS: pod.path, IfName: "eth0"}
-		t.Cleanup(func() { _ = inNS(e.ns.path, func() error { return cni.DelNetworkList(context.Background(), list, rt) }) })
+		t.Cleanup(func() {
+			_ = inNS(e.ns.path, func() error { return cni.DelNetworkList(context.Background(), list, rt) })
+		})
 		wg.Go(func() {
 			errs[i] = inNS(e.ns.path, func() error {
 				_, err := cni.AddNetworkList(ctx, list, rt)
