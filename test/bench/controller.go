@@ -345,6 +345,11 @@ func (b *bench) controllerStep(ctx context.Context, root string) (_ *controllerR
 	if cfg.ControllerWorkers > 0 {
 		args = append(args, "--controller-workers", strconv.Itoa(cfg.ControllerWorkers))
 	}
+	// The bridges the node holds once every Network is realised: none when they wait for a pod.
+	wantBridges := cfg.ControllerNetworks
+	if cfg.ControllerBridgeOnAttach {
+		args, wantBridges = append(args, "--bridge-on-attach"), 0
+	}
 	if err := os.WriteFile(cl.Path("network-apiserver.args"), []byte(strings.Join(args, "\n")+"\n"), 0o644); err != nil {
 		return res, err
 	}
@@ -537,7 +542,7 @@ func (b *bench) controllerStep(ctx context.Context, root string) (_ *controllerR
 			return fmt.Errorf("%w: no Network became Ready for %v (%d Ready)", errStalled, stallTimeout, got)
 		}
 		if nodeDone.IsZero() {
-			if br, cf, err := node.count(); err == nil && br == n && cf == n {
+			if br, cf, err := node.count(); err == nil && br == wantBridges && cf == n {
 				nodeDone = time.Now()
 			}
 		}
@@ -562,7 +567,7 @@ func (b *bench) controllerStep(ctx context.Context, root string) (_ *controllerR
 	if nodeDone.IsZero() {
 		_ = waitFor(ctx, time.Minute, func() error {
 			br, cf, err := node.count()
-			if err == nil && (br != n || cf != n) {
+			if err == nil && (br != wantBridges || cf != n) {
 				err = fmt.Errorf("%d bridges, %d lists", br, cf)
 			}
 			return err

@@ -16,7 +16,10 @@ limitations under the License.
 
 package main
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // buildLines turns the raw figures into the table's rows.
 func (r *results) buildLines() {
@@ -300,7 +303,13 @@ func (r *results) scaleLines() {
 func (r *results) controllerLines() {
 	c := r.Ours.Controller
 	n := r.Config.ControllerNetworks
+	// Rows of a run with --bridge-on-attach are named apart: its node gets no bridges.
 	add := r.oursOnly
+	if r.Config.ControllerBridgeOnAttach {
+		add = func(name, unit string, v *float64) {
+			r.oursOnly(strings.Replace(name, "controller:", "controller (bridges on attach):", 1), unit, v)
+		}
+	}
 	var get = func(f func(*controllerResult) float64) *float64 {
 		if c == nil {
 			return nil
