@@ -56,7 +56,7 @@ func TestRuntimeBridgeOnAttach(t *testing.T) {
 	nodeNS := netnstest.New(t, "node")
 	nodeNS.DisableDAD(t)
 	n := &node{t: t, ns: nodeNS, dataDir: t.TempDir(), confDir: t.TempDir(), ipamDir: t.TempDir(), port: freePort(t),
-		pluginsD: pluginDir, args: []string{"--bridge-on-attach"}}
+		pluginsD: pluginDir, args: []string{"--bridge-on-attach", "--count-report-interval", "1s"}}
 	n.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDir}, t.TempDir(), nil)
 	n.start()
 	t.Cleanup(n.stop)
@@ -123,6 +123,7 @@ func TestRuntimeBridgeOnAttach(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	deleted := time.Now()
 	var left []string
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		left = nil
@@ -143,4 +144,5 @@ func TestRuntimeBridgeOnAttach(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after the deletes, still there: %s", strings.Join(left, ", "))
 	}
+	t.Logf("both Networks, the lists and the bridge gone %v after the deletes", time.Since(deleted).Round(time.Millisecond))
 }
