@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -301,4 +302,34 @@ func TestParseAttachConf(t *testing.T) {
 			t.Errorf("with %s broken: %v; want an error naming %s", tc.mangle, err, tc.want)
 		}
 	}
+}
+
+// TestBridgeOnAttachEchoes: with BridgeOnAttach, an Ensure that writes the list alone (no
+// bridge to settle) is not reported back by Watch, on a create or a resync, so the controller
+// does not reconcile the Network again and again; the bridge a pod's first ADD makes is.
+func TestBridgeOnAttachEchoes(t *testing.T) {
+	e := newEnv(t)
+	e.ns.disableDAD(t)
+	e.b = e.newBackend(Config{IPAMDataDir: t.TempDir(), BridgeOnAttach: true})
+	// The fence: a bridge of another Network, made as a first ADD makes it.
+	other := netbackend.Desired{Key: "default/fence", Prefix: netip.MustParsePrefix("10.98.0.0/24"), Gateway: netip.MustParseAddr("10.98.0.1")}
+	e.ensure(other)
+	if _, err := e.b.EnsureForAttach(context.Background(), AttachRequest{Desired: other, MAC: netbackend.BridgeMAC(other.Key), LockDir: e.confDir}); err != nil {
+		t.Fatal(err)
+	}
+	w := e.startWatch(e.b)
+	defer w.stop(t)
+
+	d := desired4("default/listonly")
+	for _, what := range []string{"create", "resync"} {
+		e.ensure(d)
+		if seen := fence(t, e, w, other.Key); slices.Contains(seen, d.Key) {
+			t.Fatalf("%s: Watch notified %s for an Ensure that wrote the list alone (notified: %q)", what, d.Key, seen)
+		}
+	}
+	plugin := e.newBackend(Config{IPAMDataDir: t.TempDir()}) // our plugin's, in its own process
+	if _, err := plugin.EnsureForAttach(context.Background(), AttachRequest{Desired: d, MAC: netbackend.BridgeMAC(d.Key), LockDir: e.confDir}); err != nil {
+		t.Fatal(err)
+	}
+	w.expect(t, d.Key, "the bridge a first ADD made")
 }

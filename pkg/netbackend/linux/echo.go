@@ -165,6 +165,25 @@ func (b *Backend) endEnsure(d netbackend.Desired, ok, changed bool) {
 	}
 }
 
+// endListOnly ends key's Ensure that left the bridge to a pod's first ADD: there is no bridge
+// to settle, and none of Ensure's own changes (a file) reaches Watch. A notification held back
+// meanwhile was about a bridge made since (by our plugin), so the Network is notified. The
+// caller holds b.mu and key's lock.
+func (b *Backend) endListOnly(key string) {
+	b.knownMu.Lock()
+	rec := b.ensuring[key]
+	delete(b.settled, key)
+	if rec != nil && rec.marker == 0 {
+		delete(b.ensuring, key)
+	} else if rec != nil {
+		rec.done = true // an earlier marker is still to come
+	}
+	b.knownMu.Unlock()
+	if rec != nil && rec.held > 0 {
+		b.notifyWatch(key)
+	}
+}
+
 // agrees reports whether the notifications read since the marker say what s says.
 func (s bridgeState) agrees(rec *ensureRecord) bool {
 	for _, l := range rec.after {

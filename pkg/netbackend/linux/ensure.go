@@ -120,13 +120,19 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 	if d.Segment == nil {
 		b.beginEnsure(d.Key)
 	}
-	changes, outcome, err := b.ensureLocked(d, mtu, name, confPath)
-	b.endEnsure(d, err == nil, len(changes) > 0)
+	var listOnly bool
+	changes, outcome, err := b.ensureLocked(d, mtu, name, confPath, &listOnly)
+	if listOnly {
+		b.endListOnly(d.Key)
+	} else {
+		b.endEnsure(d, err == nil, len(changes) > 0)
+	}
 	return changes, outcome, err
 }
 
-// ensureLocked is Ensure's work. The caller holds b.mu and d.Key's lock.
-func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath string) ([]string, netbackend.Outcome, error) {
+// ensureLocked is Ensure's work. It sets listOnly when it left the bridge to a pod's first ADD
+// (Config.BridgeOnAttach). The caller holds b.mu and d.Key's lock.
+func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath string, listOnly *bool) ([]string, netbackend.Outcome, error) {
 	link, err := b.linkByName(name)
 	if err != nil {
 		return nil, netbackend.Outcome{}, fail(err, "looking up bridge %s of network %s", name, d.Key)
@@ -226,6 +232,7 @@ func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath str
 	if b.cfg.BridgeOnAttach && link == nil && len(b.rememberedPorts(d.Key)) == 0 {
 		// No pod has used the Network here: the list alone, our plugin makes the bridge in the
 		// first ADD (attach.go).
+		*listOnly = true
 		written, err := b.writeConfig(confPath, existing, conf, state)
 		return append(changes, written...), netbackend.Outcome{Created: created}, errors.Join(err, blocked)
 	}
