@@ -254,6 +254,34 @@ func TestBridgeOnAttachFinishesABridgeLeftDown(t *testing.T) {
 	if changes, _, err := b.Ensure(ctx, other); err != nil || len(changes) != 0 {
 		t.Fatalf("a resync after it: %q, %v", changes, err)
 	}
+
+	// While a maker holds the lock (a first ADD in another process), the agent waits for it
+	// before it touches a bridge of ours that is down.
+	third := desired4("default/halfway-three")
+	third.Gateway, third.Prefix = netip.MustParseAddr("10.97.0.1"), netip.MustParsePrefix("10.97.0.0/24")
+	e.ns.addBridge(t, netbackend.BridgeName(third.Key), Alias(third.Key))
+	unlock, err := lockDir(e.confDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := b.Ensure(ctx, third)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		unlock()
+		t.Fatalf("Ensure went ahead (%v) on a bridge that is down while the lock was held", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	unlock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if l := e.ns.link(t, netbackend.BridgeName(third.Key)); l == nil || l.Attrs().Flags&net.FlagUp == 0 {
+		t.Fatal("the bridge is not up after the lock was released")
+	}
 }
 
 // TestParseAttachConf: our plugin's entry as Ensure renders it reads back as the Desired it
