@@ -56,14 +56,16 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/network-apiserver ./cmd/network-apiserver
 	$(GO) build -o $(BIN)/cni/samplecrd-bridge ./cmd/samplecrd-bridge
 
-## image: the container image, built without a container daemon (hack/image): a static binary, no
-## base image, user 65532, every timestamp SOURCE_DATE_EPOCH, so the same commit gives the same
-## digest. Writes $(IMAGE_DIR)/oci (OCI layout), $(IMAGE_DIR)/network-apiserver.tar (docker
-## archive) and $(IMAGE_DIR)/digest; the image is named $(IMAGE).
+## image: the container image, built without a container daemon (hack/image): a static binary and
+## the static samplecrd-bridge CNI plugin (which the agent's init container installs), no base
+## image, user 65532, every timestamp SOURCE_DATE_EPOCH, so the same commit gives the same digest.
+## Writes $(IMAGE_DIR)/oci (OCI layout), $(IMAGE_DIR)/network-apiserver.tar (docker archive) and
+## $(IMAGE_DIR)/digest; the image is named $(IMAGE).
 image:
 	mkdir -p $(IMAGE_DIR)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS) -s -w" -o $(IMAGE_DIR)/network-apiserver ./cmd/network-apiserver
-	cd hack/image && $(GO) run . -binary $(IMAGE_DIR)/network-apiserver -oci $(IMAGE_DIR)/oci \
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(IMAGE_DIR)/samplecrd-bridge ./cmd/samplecrd-bridge
+	cd hack/image && $(GO) run . -binary $(IMAGE_DIR)/network-apiserver -cni-plugin $(IMAGE_DIR)/samplecrd-bridge -oci $(IMAGE_DIR)/oci \
 	  -tar $(IMAGE_DIR)/network-apiserver.tar -tag $(IMAGE) -created $(SOURCE_DATE_EPOCH) -arch $$($(GO) env GOARCH) \
 	  -revision $(GIT_COMMIT) -version $(KUBE_VERSION) >$(IMAGE_DIR)/digest
 	@echo "image $(IMAGE) $$(cat $(IMAGE_DIR)/digest) in $(IMAGE_DIR)"

@@ -142,7 +142,7 @@ func TestMakeImage(t *testing.T) {
 	defer rc.Close()
 	tr := tar.NewReader(rc)
 	entries := map[string]*tar.Header{}
-	var binary, passwd []byte
+	var binary, plugin, passwd []byte
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -158,6 +158,8 @@ func TestMakeImage(t *testing.T) {
 		switch h.Name {
 		case "usr/local/bin/network-apiserver":
 			binary, err = io.ReadAll(tr)
+		case "usr/local/lib/network-apiserver/samplecrd-bridge":
+			plugin, err = io.ReadAll(tr)
 		case "etc/passwd":
 			passwd, err = io.ReadAll(tr)
 		}
@@ -166,7 +168,8 @@ func TestMakeImage(t *testing.T) {
 		}
 	}
 	want := []string{"etc/", "etc/passwd", "etc/group", "etc/nsswitch.conf", "home/", "home/nonroot/", "tmp/",
-		"usr/", "usr/local/", "usr/local/bin/", "usr/local/bin/network-apiserver"}
+		"usr/", "usr/local/", "usr/local/bin/", "usr/local/bin/network-apiserver",
+		"usr/local/lib/", "usr/local/lib/network-apiserver/", "usr/local/lib/network-apiserver/samplecrd-bridge"}
 	if len(entries) != len(want) {
 		t.Errorf("layer entries %v, want exactly %v", keys(entries), want)
 	}
@@ -175,8 +178,10 @@ func TestMakeImage(t *testing.T) {
 			t.Errorf("layer lacks %s", w)
 		}
 	}
-	if h := entries["usr/local/bin/network-apiserver"]; h == nil || h.Mode != 0o755 || h.Uid != 0 {
-		t.Errorf("binary header %+v, want mode 0755 owned by root", h)
+	for _, name := range []string{"usr/local/bin/network-apiserver", "usr/local/lib/network-apiserver/samplecrd-bridge"} {
+		if h := entries[name]; h == nil || h.Mode != 0o755 || h.Uid != 0 {
+			t.Errorf("%s header %+v, want mode 0755 owned by root", name, h)
+		}
 	}
 	if h := entries["home/nonroot/"]; h == nil || h.Uid != 65532 {
 		t.Errorf("home directory header %+v, want uid 65532", h)
@@ -203,6 +208,28 @@ func TestMakeImage(t *testing.T) {
 	out, err := exec.Command(bin, "--version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "network-apiserver v1.37.2 (commit "+commit) {
 		t.Errorf("%s --version: %v\n%s", bin, err, out)
+	}
+
+	// The plugin is static too and answers a runtime's VERSION with the versions the lists use.
+	pluginBin := filepath.Join(t.TempDir(), "samplecrd-bridge")
+	if err := os.WriteFile(pluginBin, plugin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := elf.Open(pluginBin); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("the plugin needs a dynamic loader")
+			}
+		}
+		f.Close()
+	}
+	version := exec.Command(pluginBin)
+	version.Env = []string{"CNI_COMMAND=VERSION"}
+	version.Stdin = strings.NewReader(`{"cniVersion":"1.0.0"}`)
+	if out, err := version.Output(); err != nil || !strings.Contains(string(out), `"1.1.0"`) {
+		t.Errorf("the plugin's VERSION: %v\n%s", err, out)
 	}
 
 	// The docker archive holds the same image under the same name.

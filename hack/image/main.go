@@ -15,13 +15,14 @@ limitations under the License.
 */
 
 // Command image builds network-apiserver's container image without a container daemon: one
-// layer holding the static binary, /etc/passwd and /etc/group with a non-root user, and empty
+// layer holding the static binary, the samplecrd-bridge CNI plugin (-cni-plugin; the agent's
+// init container installs it on the node), /etc/passwd and /etc/group with a non-root user, and empty
 // /tmp and home directories; no base image, no shell. Every timestamp is -created, so the same
 // binary gives the same image digest. It writes an OCI image layout (-oci) and a docker-archive
 // tarball (-tar, for `docker load`, `kind load image-archive`, `ctr images import`).
 //
-//	go run . -binary network-apiserver -oci _output/image/oci -tar _output/image/network-apiserver.tar \
-//	  -tag network-apiserver:v1.37.2 -created 1700000000
+//	go run . -binary network-apiserver -cni-plugin samplecrd-bridge -oci _output/image/oci \
+//	  -tar _output/image/network-apiserver.tar -tag network-apiserver:v1.37.2 -created 1700000000
 package main
 
 import (
@@ -48,10 +49,14 @@ import (
 const (
 	UID        = 65532
 	BinaryPath = "/usr/local/bin/network-apiserver"
+	// CNIPluginPath is where the image holds the samplecrd-bridge plugin, for
+	// `network-apiserver install-cni-plugin` to copy onto the node.
+	CNIPluginPath = "/usr/local/lib/network-apiserver/samplecrd-bridge"
 )
 
 func main() {
 	binary := flag.String("binary", "", "the static network-apiserver binary (CGO_ENABLED=0)")
+	plugin := flag.String("cni-plugin", "", "the static samplecrd-bridge CNI plugin (CGO_ENABLED=0)")
 	ociDir := flag.String("oci", "", "write an OCI image layout to this directory (replaced)")
 	tarFile := flag.String("tar", "", "write a docker-archive tarball to this file")
 	tag := flag.String("tag", "network-apiserver:latest", "the image reference recorded in the layout and the tarball")
@@ -60,11 +65,11 @@ func main() {
 	revision := flag.String("revision", "", "the source revision, recorded as a label")
 	version := flag.String("version", "", "the version, recorded as a label")
 	flag.Parse()
-	if *binary == "" || (*ociDir == "" && *tarFile == "") {
-		fmt.Fprintln(os.Stderr, "image: -binary and at least one of -oci and -tar are required")
+	if *binary == "" || *plugin == "" || (*ociDir == "" && *tarFile == "") {
+		fmt.Fprintln(os.Stderr, "image: -binary, -cni-plugin and at least one of -oci and -tar are required")
 		os.Exit(2)
 	}
-	img, err := Build(*binary, Options{Created: time.Unix(*created, 0).UTC(), Arch: *arch, Revision: *revision, Version: *version})
+	img, err := Build(*binary, *plugin, Options{Created: time.Unix(*created, 0).UTC(), Arch: *arch, Revision: *revision, Version: *version})
 	if err == nil {
 		err = Write(img, *tag, *ociDir, *tarFile)
 	}
@@ -84,13 +89,17 @@ type Options struct {
 	Version  string
 }
 
-// Build makes the image from the binary.
-func Build(binary string, o Options) (v1.Image, error) {
+// Build makes the image from the binary and the CNI plugin.
+func Build(binary, plugin string, o Options) (v1.Image, error) {
 	bin, err := os.ReadFile(binary)
 	if err != nil {
 		return nil, err
 	}
-	layerTar, err := rootfs(bin, o.Created)
+	cni, err := os.ReadFile(plugin)
+	if err != nil {
+		return nil, err
+	}
+	layerTar, err := rootfs(bin, cni, o.Created)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +113,7 @@ func Build(binary string, o Options) (v1.Image, error) {
 	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
 	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, History: v1.History{
 		Created:   v1.Time{Time: o.Created},
-		CreatedBy: "hack/image: " + BinaryPath + ", /etc/passwd, /etc/group, /tmp",
+		CreatedBy: "hack/image: " + BinaryPath + ", " + CNIPluginPath + ", /etc/passwd, /etc/group, /tmp",
 	}})
 	if err != nil {
 		return nil, err
@@ -131,9 +140,9 @@ func Build(binary string, o Options) (v1.Image, error) {
 	return mutate.ConfigFile(img, cfg)
 }
 
-// rootfs is the layer's tar: directories, the user database and the binary, owned by root
-// except the user's home, all with mtime created.
-func rootfs(bin []byte, created time.Time) ([]byte, error) {
+// rootfs is the layer's tar: directories, the user database, the binary and the plugin, owned
+// by root except the user's home, all with mtime created.
+func rootfs(bin, cni []byte, created time.Time) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dir := func(name string, mode int64, uid int) error {
@@ -163,6 +172,9 @@ func rootfs(bin []byte, created time.Time) ([]byte, error) {
 		func() error { return dir("usr/local", 0o755, 0) },
 		func() error { return dir("usr/local/bin", 0o755, 0) },
 		func() error { return file(strings.TrimPrefix(BinaryPath, "/"), 0o755, bin) },
+		func() error { return dir("usr/local/lib", 0o755, 0) },
+		func() error { return dir("usr/local/lib/network-apiserver", 0o755, 0) },
+		func() error { return file(strings.TrimPrefix(CNIPluginPath, "/"), 0o755, cni) },
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {

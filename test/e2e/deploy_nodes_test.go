@@ -111,18 +111,34 @@ patches:
     - op: replace
       path: /spec/template/spec/volumes/0/hostPath/path
       value: %s
+# The agents' init container installs the CNI plugin into a directory of the test's (both nodes
+# share this machine's filesystem), not into this machine's /opt/cni/bin.
+- target: {kind: DaemonSet, name: network-agent}
+  patch: |-
+    - op: test
+      path: /spec/template/spec/volumes/4/name
+      value: cni-bin
+    - op: replace
+      path: /spec/template/spec/volumes/4/hostPath/path
+      value: %s
 # A short lease reclaim grace, so that a leaked lease goes within the test.
 - target: {kind: DaemonSet, name: network-agent}
   patch: |-
     - op: add
       path: /spec/template/spec/containers/0/args/-
       value: --lease-reclaim-grace=%s
-`, rel, apiserverTag, caBundle, runtimeClassDir, deployReclaimGrace)
+`, rel, apiserverTag, caBundle, runtimeClassDir, deployCNIBinDir(dir), deployReclaimGrace)
+	if err := os.MkdirAll(deployCNIBinDir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
 }
+
+// deployCNIBinDir is where the overlay in dir has the agents install the CNI plugin.
+func deployCNIBinDir(dir string) string { return filepath.Join(dir, "cni-bin") }
 
 // nodeExec runs a command in node's network namespace.
 func (c *nodeCluster) nodeExec(t *testing.T, node string, args ...string) (string, error) {
@@ -258,6 +274,26 @@ spec:
 			"-o", `jsonpath={range .items[*]}{.spec.nodeName} {.status.containerStatuses[0].ready}{"\n"}{end}`)
 		if !strings.Contains(out, "node1 true") || !strings.Contains(out, "node2 true") {
 			t.Errorf("apiserver replicas (want one Ready on each node):\n%s", out)
+		}
+	})
+
+	t.Run("CNIPluginInstalled", func(t *testing.T) {
+		// Each agent's init container ran before the agent (the rollout above waited for them).
+		plugin := filepath.Join(deployCNIBinDir(overlayDir), "samplecrd-bridge")
+		info, err := os.Stat(plugin)
+		if err != nil || info.Mode().Perm() != 0o755 {
+			t.Fatalf("the plugin at %s: %v, %v; want it installed, mode 0755", plugin, info, err)
+		}
+		version := exec.Command(plugin)
+		version.Env = []string{"CNI_COMMAND=VERSION"}
+		version.Stdin = strings.NewReader(`{"cniVersion":"1.0.0"}`)
+		if out, err := version.Output(); err != nil || !strings.Contains(string(out), `"1.1.0"`) {
+			t.Errorf("the installed plugin's VERSION: %v\n%s", err, out)
+		}
+		out := c.kubectl(t, "-n", "network-agent", "get", "pods", "-o",
+			`jsonpath={range .items[*]}{.status.initContainerStatuses[0].name} {.status.initContainerStatuses[0].state.terminated.exitCode}{"\n"}{end}`)
+		if strings.Count(out, "install-cni-plugin 0") != 2 {
+			t.Errorf("the agents' init containers (want two that exited 0):\n%s", out)
 		}
 	})
 

@@ -36,6 +36,7 @@ import (
 
 	"github.com/samplecrd/network-apiserver/pkg/apiserver/inprocess"
 	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
+	"github.com/samplecrd/network-apiserver/pkg/cmd/installcni"
 	"github.com/samplecrd/network-apiserver/pkg/embeddedetcd"
 	"github.com/samplecrd/network-apiserver/pkg/standaloneauth"
 )
@@ -69,7 +70,7 @@ func NewCommand(ctx context.Context, o *Options) *cobra.Command {
 	cmd.SetContext(ctx)
 	o.AddFlags(cmd.Flags())
 	cmd.Flags().BoolVar(&printVersion, "version", false, "Print the version, commit and build date, then exit.")
-	cmd.AddCommand(agent.NewCommand(ctx))
+	cmd.AddCommand(agent.NewCommand(ctx), installcni.NewCommand())
 	return cmd
 }
 
