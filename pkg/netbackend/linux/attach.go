@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -141,8 +142,8 @@ func ParseAttachConf(stdin []byte) (AttachRequest, error) {
 	return AttachRequest{Desired: d, MAC: mac, IPAMDataDir: c.IPAMDataDir, LockDir: c.LockDir}, nil
 }
 
-// lockDir takes the exclusive lock of dir (flock, so it goes with the process) and returns its
-// release.
+// lockDir takes the exclusive lock of dir (flock, so it goes with the process; dir may also be
+// a file) and returns its release.
 func lockDir(dir string) (func(), error) {
 	f, err := os.Open(dir)
 	if err != nil {
@@ -179,6 +180,16 @@ func (b *Backend) EnsureForAttach(_ context.Context, r AttachRequest) ([]string,
 		return nil, nil
 	}
 	unlock, err := lockDir(r.LockDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The agent's view of the directory is not the runtime's (it is mounted elsewhere):
+		// the plugins on this node still keep out of each other's way by locking their own
+		// binary; an ADD that races the agent finishing a bridge may then fail once, and the
+		// runtime tries again.
+		var self string
+		if self, err = os.Executable(); err == nil {
+			unlock, err = lockDir(self)
+		}
+	}
 	if err != nil {
 		return nil, fail(err, "taking the lock of %s", r.LockDir)
 	}

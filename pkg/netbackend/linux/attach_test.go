@@ -361,3 +361,18 @@ func TestBridgeOnAttachEchoes(t *testing.T) {
 	}
 	w.expect(t, d.Key, "the bridge a first ADD made")
 }
+
+// TestBridgeOnAttachWithoutTheLockDir: when the list's lock directory does not exist where the
+// plugin runs (the agent sees the configuration directory under another path), the first ADD
+// still makes the bridge, the plugins locking their own binary instead.
+func TestBridgeOnAttachWithoutTheLockDir(t *testing.T) {
+	e := newEnv(t)
+	d := desired4("default/elsewhere")
+	r := AttachRequest{Desired: d, MAC: netbackend.BridgeMAC(d.Key), LockDir: filepath.Join(t.TempDir(), "not-here")}
+	if _, err := e.b.EnsureForAttach(context.Background(), r); err != nil {
+		t.Fatalf("EnsureForAttach without its lock directory: %v", err)
+	}
+	if err := e.b.CheckForAttach(r); err != nil {
+		t.Fatal(err)
+	}
+}
