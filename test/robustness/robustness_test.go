@@ -219,7 +219,8 @@ func runScenario(t *testing.T, sc scenario, bin, out string, seed int64) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		if err != nil || !slices.Equal(list, cached) {
-			problems = append(problems, fmt.Sprintf("informer: %s's cache %v never equalled a fresh LIST %v (%v) within a minute", inf.name, cached, list, err))
+			problems = append(problems, fmt.Sprintf("informer: %s's cache %v never equalled a fresh LIST %v (%v) within a minute; its last watch and list errors: %q",
+				inf.name, cached, list, err, inf.lastErrors(5)))
 		}
 	}
 	for _, r := range c.replicas {

@@ -19,6 +19,7 @@ package robustness
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -170,6 +171,10 @@ type informer struct {
 	replica *replica
 	store   cache.Store
 	stop    chan struct{}
+
+	// errs are the ends of its watches and failed lists, with their times, for a report.
+	mu   sync.Mutex
+	errs []string
 }
 
 func startInformer(name string, r *replica) (*informer, error) {
@@ -180,8 +185,22 @@ func startInformer(name string, r *replica) (*informer, error) {
 	f := externalversions.NewSharedInformerFactory(cs, 0)
 	inf := f.Samplecrd().V1().Networks().Informer()
 	i := &informer{name: name, replica: r, store: inf.GetStore(), stop: make(chan struct{})}
+	if err := inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+		i.mu.Lock()
+		defer i.mu.Unlock()
+		i.errs = append(i.errs, time.Now().Format("15:04:05.000")+" "+err.Error())
+	}); err != nil {
+		return nil, err
+	}
 	f.Start(i.stop)
 	return i, nil
+}
+
+// lastErrors returns the informer's last n watch and list errors, oldest first.
+func (i *informer) lastErrors(n int) []string {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return slices.Clone(i.errs[max(0, len(i.errs)-n):])
 }
 
 // cacheContent is the informer's cache as sorted "namespace/name uid rv" lines.
