@@ -122,22 +122,24 @@ func (b *Backend) beginEnsure(key string) {
 // what Ensure made (the MTU, the configuration's MAC, up, ours, no address but the gateway and
 // IPv6 link-local ones) and agrees with the notifications read after the marker. If it is not
 // settled, the Network is notified (what was held back may have been someone else's change).
-// The caller holds b.mu and d.Key's lock.
-func (b *Backend) endEnsure(d netbackend.Desired, ok, changed bool) {
+// An Ensure that left the bridge to a pod's first ADD (listOnly) has no bridge to settle and
+// none of its own changes (a file) reach Watch: what was held back meanwhile was about a bridge
+// made since (by our plugin), so the Network is notified. The caller holds b.mu and d.Key's lock.
+func (b *Backend) endEnsure(d netbackend.Desired, ok, changed, listOnly bool) {
 	b.knownMu.Lock()
 	rec := b.ensuring[d.Key]
 	_, settled := b.settled[d.Key]
-	if rec == nil || !ok || d.Segment != nil || (settled && !changed && rec.held == 0 && rec.marker == 0) {
+	if rec == nil || !ok || listOnly || d.Segment != nil || (settled && !changed && rec.held == 0 && rec.marker == 0) {
 		if rec != nil && rec.marker == 0 {
 			delete(b.ensuring, d.Key)
 		} else if rec != nil {
 			rec.done = true // an earlier marker is still to come
 		}
-		if rec != nil && (!ok || d.Segment != nil) {
+		if rec != nil && (!ok || listOnly || d.Segment != nil) {
 			delete(b.settled, d.Key)
 		}
 		b.knownMu.Unlock()
-		if rec != nil && !ok && rec.held > 0 {
+		if rec != nil && (!ok || listOnly) && rec.held > 0 {
 			b.notifyWatch(d.Key)
 		}
 		return
@@ -162,25 +164,6 @@ func (b *Backend) endEnsure(d netbackend.Desired, ok, changed bool) {
 	b.knownMu.Unlock()
 	if !settled {
 		b.notifyWatch(d.Key)
-	}
-}
-
-// endListOnly ends key's Ensure that left the bridge to a pod's first ADD: there is no bridge
-// to settle, and none of Ensure's own changes (a file) reaches Watch. A notification held back
-// meanwhile was about a bridge made since (by our plugin), so the Network is notified. The
-// caller holds b.mu and key's lock.
-func (b *Backend) endListOnly(key string) {
-	b.knownMu.Lock()
-	rec := b.ensuring[key]
-	delete(b.settled, key)
-	if rec != nil && rec.marker == 0 {
-		delete(b.ensuring, key)
-	} else if rec != nil {
-		rec.done = true // an earlier marker is still to come
-	}
-	b.knownMu.Unlock()
-	if rec != nil && rec.held > 0 {
-		b.notifyWatch(key)
 	}
 }
 

@@ -119,7 +119,7 @@ func TestChangeDuringEnsureIsReported(t *testing.T) {
 	}
 	w.expectNone(t, d.Key, 300*time.Millisecond, "held back while Ensure runs")
 	// ...and Ensure, having set it up before, ends successfully without a change.
-	e.b.endEnsure(d, true, false)
+	e.b.endEnsure(d, true, false, false)
 	unlock()
 	w.expect(t, d.Key, "bridge found down when Ensure ended")
 	if changes := e.ensure(d); !hasChange(changes, "set "+netbackend.BridgeName(d.Key)+" up") {

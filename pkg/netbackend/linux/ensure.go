@@ -122,11 +122,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 	}
 	var listOnly bool
 	changes, outcome, err := b.ensureLocked(d, mtu, name, confPath, &listOnly)
-	if listOnly {
-		b.endListOnly(d.Key)
-	} else {
-		b.endEnsure(d, err == nil, len(changes) > 0)
-	}
+	b.endEnsure(d, err == nil, len(changes) > 0, listOnly)
 	return changes, outcome, err
 }
 
