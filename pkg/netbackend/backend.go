@@ -221,6 +221,9 @@ type Outcome struct {
 	// Ports are the interfaces attached to the bridge once Ensure succeeded (the pods' veths);
 	// on an error they are not known.
 	Ports []string
+	// AwaitsAttach: Ensure wrote the configuration list alone, and the first pod's ADD makes the
+	// bridge (a backend that makes bridges on attach; no pod has used the Network on the node).
+	AwaitsAttach bool
 }
 
 // Backend realises Networks on one node.

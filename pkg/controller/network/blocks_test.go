@@ -521,8 +521,8 @@ func TestSegmentWaitsForTheBridgeOnAttach(t *testing.T) {
 		t.Fatalf("node state %+v; want the list alone", a)
 	}
 	applied := f.statusApplies()
-	if len(applied) != 1 || !applied[0].Ready || applied[0].VXLAN != "" || applied[0].MTU != 1450 {
-		t.Fatalf("entry with the list alone: %+v; want Ready, no VXLAN device", applied)
+	if len(applied) != 1 || !applied[0].Ready || applied[0].VXLAN != "" || applied[0].MTU != 1450 || applied[0].Message != messageAwaitsAttach {
+		t.Fatalf("entry with the list alone: %+v; want Ready, no VXLAN device, the message %q", applied, messageAwaitsAttach)
 	}
 	f.refresh("web")
 	if !f.backend.Attach("team/web", "veth-pod1") {
@@ -532,7 +532,7 @@ func TestSegmentWaitsForTheBridgeOnAttach(t *testing.T) {
 		t.Fatal(err)
 	}
 	applied = f.statusApplies()
-	if len(applied) != 1 || !applied[0].Ready || applied[0].VXLAN == "" || applied[0].Attachments != 1 {
-		t.Fatalf("entry after the first ADD: %+v; want Ready with the VXLAN device and one attachment", applied)
+	if len(applied) != 1 || !applied[0].Ready || applied[0].VXLAN == "" || applied[0].Attachments != 1 || applied[0].Message == messageAwaitsAttach {
+		t.Fatalf("entry after the first ADD: %+v; want Ready with the VXLAN device and one attachment, no longer awaiting it", applied)
 	}
 }

@@ -40,7 +40,16 @@ type entryExtra struct {
 	// notice, when set and nothing failed, gives the ready entry its reason and message: the
 	// node has free addresses but fewer than its headroom, and no block is left to claim.
 	notice error
+	// awaitsAttach: the node has the configuration list and no bridge yet, which the first
+	// pod's ADD makes (netbackend.Outcome.AwaitsAttach); the ready entry's message says so.
+	awaitsAttach bool
 }
+
+// Messages of a ready entry.
+const (
+	messageMatches      = "bridge and CNI configuration match the spec"
+	messageAwaitsAttach = "CNI configuration matches the spec; the bridge is made by the first pod's ADD on this node"
+)
 
 // report applies this node's status entry, unless it already says the same, and returns the
 // Network as it is afterwards (nil when it is gone). A change of the counts alone waits for the
@@ -52,10 +61,13 @@ func (c *Controller) report(ctx context.Context, n *v1.Network, attachments int3
 		Bridge:             netbackend.BridgeName(n.Namespace + "/" + n.Name),
 		Ready:              failure == nil,
 		ObservedGeneration: n.Generation,
-		Message:            "bridge and CNI configuration match the spec",
+		Message:            messageMatches,
 		Attachments:        attachments,
 	}
 	if extra != nil {
+		if extra.awaitsAttach {
+			entry.Message = messageAwaitsAttach
+		}
 		entry.Blocks = extra.blocks
 		if len(entry.Blocks) == 0 {
 			entry.Blocks = nil

@@ -119,6 +119,12 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 			}
 		}
 	}
+	if outcome.AwaitsAttach {
+		if extra == nil {
+			extra = &entryExtra{}
+		}
+		extra.awaitsAttach = true
+	}
 	if _, err := c.report(ctx, n, attachments, extra, failure); err != nil {
 		return "error", err
 	}

@@ -161,7 +161,7 @@ func (b *Backend) Ensure(_ context.Context, d netbackend.Desired) ([]string, net
 		}
 		b.desired[d.Key] = cloneDesired(d)
 		b.counts.Writes += len(changes)
-		return changes, netbackend.Outcome{Created: created}, nil
+		return changes, netbackend.Outcome{Created: created, AwaitsAttach: true}, nil
 	}
 	if a.Bridge == "" {
 		a.Bridge = bridge

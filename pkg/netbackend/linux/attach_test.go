@@ -99,7 +99,7 @@ func TestBridgeOnAttach(t *testing.T) {
 		nd := desiredOn(d, nodes, i, 300)
 		nd.Blocks = blocks[i : i+1]
 		changes, outcome, err := n.b.Ensure(ctx, nd)
-		if err != nil || !outcome.Created || len(changes) != 1 || !strings.HasPrefix(changes[0], "wrote CNI configuration") {
+		if err != nil || !outcome.Created || !outcome.AwaitsAttach || len(changes) != 1 || !strings.HasPrefix(changes[0], "wrote CNI configuration") {
 			t.Fatalf("node %d: Ensure = %q, %+v, %v; want the list written and nothing else", i, changes, outcome, err)
 		}
 		if got := pluginTypes(t, ConfPath(n.confDir, d.Key)); strings.Join(got, ",") != AttachPluginType+",bridge,portmap" {
@@ -108,8 +108,8 @@ func TestBridgeOnAttach(t *testing.T) {
 		if n.ns.link(t, netbackend.BridgeName(d.Key)) != nil || n.ns.link(t, netbackend.SegmentDeviceName(d.Key)) != nil {
 			t.Fatalf("node %d: Ensure made an interface before any pod", i)
 		}
-		if changes, _, err := n.b.Ensure(ctx, nd); err != nil || len(changes) != 0 {
-			t.Fatalf("node %d: a resync without pods: %q, %v; want no changes", i, changes, err)
+		if changes, outcome, err := n.b.Ensure(ctx, nd); err != nil || len(changes) != 0 || !outcome.AwaitsAttach {
+			t.Fatalf("node %d: a resync without pods: %q, %+v, %v; want no changes, still awaiting the first ADD", i, changes, outcome, err)
 		}
 		if a, err := n.b.Observe(ctx, d.Key); err != nil || a == nil || a.Bridge != "" || a.CNIConfig == nil {
 			t.Fatalf("node %d: Observe = %+v, %v; want the list without a bridge", i, a, err)
@@ -134,7 +134,7 @@ func TestBridgeOnAttach(t *testing.T) {
 	for i, n := range nodes {
 		nd := desiredOn(d, nodes, i, 300)
 		nd.Blocks = blocks[i : i+1]
-		if changes, outcome, err := n.b.Ensure(ctx, nd); err != nil || len(changes) != 0 || len(outcome.Ports) != 1 {
+		if changes, outcome, err := n.b.Ensure(ctx, nd); err != nil || len(changes) != 0 || len(outcome.Ports) != 1 || outcome.AwaitsAttach {
 			t.Errorf("node %d: Ensure after the plugin made the bridge: %q, %+v, %v; want no changes and the pod's port", i, changes, outcome, err)
 		}
 	}

@@ -230,7 +230,7 @@ func (b *Backend) ensureLocked(d netbackend.Desired, mtu int, name, confPath str
 		// first ADD (attach.go).
 		*listOnly = true
 		written, err := b.writeConfig(confPath, existing, conf, state)
-		return append(changes, written...), netbackend.Outcome{Created: created}, errors.Join(err, blocked)
+		return append(changes, written...), netbackend.Outcome{Created: created, AwaitsAttach: true}, errors.Join(err, blocked)
 	}
 	fresh := link == nil
 	if fresh {
