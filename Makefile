@@ -50,8 +50,9 @@ IMAGE ?= network-apiserver:$(KUBE_VERSION)
 
 all: build
 
-## build: the server binary, into _output/bin, and the samplecrd-bridge CNI plugin (--bridge-on-attach)
-## into _output/bin/cni, beside the reference plugins hack/build-tools.sh cni puts there
+## build: the server binary, into _output/bin, and the samplecrd-bridge CNI plugin (first in every
+## list the controller writes: it makes a Network's bridge in the first pod's ADD) into
+## _output/bin/cni, beside the reference plugins hack/build-tools.sh cni puts there
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/network-apiserver ./cmd/network-apiserver
 	$(GO) build -o $(BIN)/cni/samplecrd-bridge ./cmd/samplecrd-bridge

@@ -4,8 +4,11 @@
 # it, so that nothing a demo does reaches this machine's own network:
 #
 #   as root          the namespace DEMO_NETNS (default network-apiserver-demo) is created, the
-#                    controller makes its bridges there (--backend-netns) and writes its CNI
-#                    configuration lists to DATA_DIR/cni/net.d; the namespace is deleted when the
+#                    controller acts there (--backend-netns) and writes its CNI configuration
+#                    lists to DATA_DIR/cni/net.d (host-local's leases to DATA_DIR/cni/ipam); a
+#                    Network's bridge is made there by its first pod's ADD (the samplecrd-bridge
+#                    plugin in BIN/cni), or at once with CONTROLLER_FLAGS=--bridge-on-attach=false;
+#                    the namespace is deleted when the
 #                    server exits (Ctrl-C, SIGTERM, SIGHUP). A namespace left by a run that was
 #                    killed is deleted and made anew at the next start.
 #   without root     no namespace; the server finds it lacks CAP_NET_ADMIN, says so once and
@@ -81,8 +84,10 @@ else
   fi
   ip netns add "${netns}"
   info "the controller is confined to the network namespace ${netns} (ip -n ${netns} link)," \
-    "its CNI configuration lists go to ${DATA_DIR}/cni/net.d"
-  args+=(--backend-netns "/var/run/netns/${netns}" --cni-conf-dir "${DATA_DIR}/cni/net.d")
+    "its CNI configuration lists go to ${DATA_DIR}/cni/net.d; a Network's bridge is made by its first" \
+    "pod's ADD (plugins in ${BIN}/cni), or at once with CONTROLLER_FLAGS=--bridge-on-attach=false"
+  args+=(--backend-netns "/var/run/netns/${netns}" --cni-conf-dir "${DATA_DIR}/cni/net.d"
+    --cni-ipam-data-dir "${DATA_DIR}/cni/ipam")
 fi
 
 server=""

@@ -345,10 +345,11 @@ func (b *bench) controllerStep(ctx context.Context, root string) (_ *controllerR
 	if cfg.ControllerWorkers > 0 {
 		args = append(args, "--controller-workers", strconv.Itoa(cfg.ControllerWorkers))
 	}
-	// The bridges the node holds once every Network is realised: none when they wait for a pod.
-	wantBridges := cfg.ControllerNetworks
-	if cfg.ControllerBridgeOnAttach {
-		args, wantBridges = append(args, "--bridge-on-attach"), 0
+	// The bridges the node holds once every Network is realised: none while they wait for a
+	// pod (the default), one per Network otherwise.
+	wantBridges := 0
+	if cfg.ControllerBridgePerNetwork {
+		args, wantBridges = append(args, "--bridge-on-attach=false"), cfg.ControllerNetworks
 	}
 	if err := os.WriteFile(cl.Path("network-apiserver.args"), []byte(strings.Join(args, "\n")+"\n"), 0o644); err != nil {
 		return res, err

@@ -303,11 +303,11 @@ func (r *results) scaleLines() {
 func (r *results) controllerLines() {
 	c := r.Ours.Controller
 	n := r.Config.ControllerNetworks
-	// Rows of a run with --bridge-on-attach are named apart: its node gets no bridges.
+	// Rows of a run with a bridge per Network (--bridge-on-attach=false) are named apart.
 	add := r.oursOnly
-	if r.Config.ControllerBridgeOnAttach {
+	if r.Config.ControllerBridgePerNetwork {
 		add = func(name, unit string, v *float64) {
-			r.oursOnly(strings.Replace(name, "controller:", "controller (bridges on attach):", 1), unit, v)
+			r.oursOnly(strings.Replace(name, "controller:", "controller (a bridge per Network):", 1), unit, v)
 		}
 	}
 	var get = func(f func(*controllerResult) float64) *float64 {

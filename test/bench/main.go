@@ -73,9 +73,10 @@ type config struct {
 	// controller's workers (0: the server's default).
 	ControllerNetworks int `json:"controllerNetworks,omitempty"`
 	ControllerWorkers  int `json:"controllerWorkers,omitempty"`
-	// ControllerBridgeOnAttach runs the controller with --bridge-on-attach: no pod attaches in
-	// the step, so the node gets lists and no bridges.
-	ControllerBridgeOnAttach bool `json:"controllerBridgeOnAttach,omitempty"`
+	// ControllerBridgePerNetwork runs the controller with --bridge-on-attach=false: every
+	// Network gets its bridge at once. By default (bridges on a pod's first attach) no pod
+	// attaches in the step, so the node gets lists and no bridges.
+	ControllerBridgePerNetwork bool `json:"controllerBridgePerNetwork,omitempty"`
 	// Scale, when above 0, runs the scale point instead (make bench-scale): Scale Networks in a
 	// standalone network-apiserver and ScaleCRD in the CRD, each side stopping early when its
 	// processes' RSS passes ScaleBudgetGiB.
@@ -207,7 +208,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.CRDFirst, "crd-first", false, "run the CRD's side of each step before ours (the default is ours first): alternate runs to see whether load that comes or goes favours one side")
 	fs.IntVar(&c.ControllerNetworks, "controller-networks", 1000, "controller step: Networks created and deleted")
 	fs.IntVar(&c.ControllerWorkers, "controller-workers", 0, "controller step: the controller's --controller-workers (0: the server's default)")
-	fs.BoolVar(&c.ControllerBridgeOnAttach, "controller-bridge-on-attach", false, "controller step: run the controller with --bridge-on-attach (bridges only where a pod attaches; the step attaches none)")
+	fs.BoolVar(&c.ControllerBridgePerNetwork, "controller-bridge-per-network", false, "controller step: run the controller with --bridge-on-attach=false (a bridge for every Network at once; by default bridges wait for a pod, and the step attaches none)")
 	fs.IntVar(&c.Scale, "scale", 0, "instead of the comparison, the scale point (make bench-scale): store this many Networks in a standalone network-apiserver (embedded etcd, controllers off), then in the CRD")
 	fs.IntVar(&c.ScaleCRD, "scale-crd", -1, "the scale point's target for the CRD side (default: -scale)")
 	fs.Float64Var(&c.ScaleBudgetGiB, "scale-memory-budget-gib", 12, "the scale point stops adding to a side when the RSS of its processes passes this many GiB")

@@ -78,7 +78,10 @@ func (n *node) start() {
 	n.log = &bytes.Buffer{}
 	args := []string{"--data-dir", n.dataDir, "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(n.port),
 		"--backend-netns", n.ns.Path, "--cni-conf-dir", n.confDir, "--cni-ipam-data-dir", n.ipamDir,
-		"--node-name", "e2e-node", "--controller-resync-period", "1s", "-v=2"}
+		"--node-name", "e2e-node", "--controller-resync-period", "1s", "-v=2",
+		// These tests look at a Network's bridge before any pod attaches: a bridge per Network
+		// (TestRuntimeBridgeOnAttach passes the default back in n.args).
+		"--bridge-on-attach=false"}
 	n.cmd = exec.Command(tool(t, "SERVER", "network-apiserver"), append(args, n.args...)...)
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	if err := n.cmd.Start(); err != nil {

@@ -17,6 +17,7 @@ limitations under the License.
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -34,12 +35,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	samplecrdv1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/certs"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/linux"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
 
@@ -111,8 +115,9 @@ patches:
     - op: replace
       path: /spec/template/spec/volumes/0/hostPath/path
       value: %s
-# The agents' init container installs the CNI plugin into a directory of the test's (both nodes
-# share this machine's filesystem), not into this machine's /opt/cni/bin.
+# The agents' init container installs the CNI plugin into the nodes' CNI bin_dir (their
+# containerd's; both nodes share this machine's filesystem), not into this machine's /opt/cni/bin:
+# the pods below attach through the plugin it installed.
 - target: {kind: DaemonSet, name: network-agent}
   patch: |-
     - op: test
@@ -127,18 +132,22 @@ patches:
     - op: add
       path: /spec/template/spec/containers/0/args/-
       value: --lease-reclaim-grace=%s
-`, rel, apiserverTag, caBundle, runtimeClassDir, deployCNIBinDir(dir), deployReclaimGrace)
-	if err := os.MkdirAll(deployCNIBinDir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
+`, rel, apiserverTag, caBundle, runtimeClassDir, nodesCNIBinDir, deployReclaimGrace)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
 }
 
-// deployCNIBinDir is where the overlay in dir has the agents install the CNI plugin.
-func deployCNIBinDir(dir string) string { return filepath.Join(dir, "cni-bin") }
+// nodesCNIBinDir is the local nodes' CNI bin_dir (hack/local-up-nodes.sh's containerd.toml), where
+// the deploy overlay has the agents install the CNI plugin.
+var nodesCNIBinDir = filepath.Join(repoRoot, "_output", "bin", "cni")
+
+// nodeConfList is the path, on this machine, of the configuration list of the Network with
+// bridge in node's runtime handler directory.
+func (c *nodeCluster) nodeConfList(node, bridge string) string {
+	return filepath.Join(c.state, "nodes", node, "etc", "upper", "cni", "samplecrd.d", "90-samplecrd-"+bridge+".conflist")
+}
 
 // nodeExec runs a command in node's network namespace.
 func (c *nodeCluster) nodeExec(t *testing.T, node string, args ...string) (string, error) {
@@ -278,11 +287,20 @@ spec:
 	})
 
 	t.Run("CNIPluginInstalled", func(t *testing.T) {
-		// Each agent's init container ran before the agent (the rollout above waited for them).
-		plugin := filepath.Join(deployCNIBinDir(overlayDir), "samplecrd-bridge")
+		// Each agent's init container ran before the agent (the rollout above waited for them)
+		// and put the image's plugin (static; not the one make build puts there) into the nodes'
+		// bin_dir.
+		plugin := filepath.Join(nodesCNIBinDir, "samplecrd-bridge")
 		info, err := os.Stat(plugin)
 		if err != nil || info.Mode().Perm() != 0o755 {
 			t.Fatalf("the plugin at %s: %v, %v; want it installed, mode 0755", plugin, info, err)
+		}
+		installed, err := os.ReadFile(plugin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fromImage, err := os.ReadFile(filepath.Join(filepath.Dir(image), "samplecrd-bridge")); err != nil || !bytes.Equal(installed, fromImage) {
+			t.Errorf("the plugin in %s is not the image's (%v): the init container did not install it", nodesCNIBinDir, err)
 		}
 		version := exec.Command(plugin)
 		version.Env = []string{"CNI_COMMAND=VERSION"}
@@ -318,9 +336,15 @@ spec:
 			b, _ := json.Marshal(n.Status)
 			return len(ready) == 2 && ready["node1"] != "" && ready["node2"] != "", string(b)
 		})
+		// The agents' default: each node has the list, our plugin first, and no bridge until a
+		// pod attaches there (RuntimeClassPods attaches one on each).
 		for node, bridge := range ready {
-			if out, err := c.nodeExec(t, node, "ip", "-o", "addr", "show", "dev", bridge); err != nil || !strings.Contains(out, "10.10.0.1/24") {
-				t.Errorf("%s: bridge %s: %v\n%s", node, bridge, err, out)
+			list, err := libcni.ConfListFromFile(c.nodeConfList(node, bridge))
+			if err != nil || len(list.Plugins) == 0 || list.Plugins[0].Network.Type != linux.AttachPluginType {
+				t.Errorf("%s: the list of backend (%v) does not start with %s", node, err, linux.AttachPluginType)
+			}
+			if out, err := c.nodeExec(t, node, "ip", "-o", "link", "show", "dev", bridge); err == nil {
+				t.Errorf("%s: bridge %s made before any pod attached:\n%s", node, bridge, out)
 			}
 		}
 		if out := c.kubectl(t, "get", "networks"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+True.*`) {
@@ -616,8 +640,11 @@ spec:
 				t.Errorf("node1's bridge %s (index %s) is now %q", bridge, index, node1After[bridge])
 			}
 		}
-		if len(node1After) != len(node1Before)+1 {
-			t.Errorf("node1's bridges: %d before, %d after one Network more", len(node1Before), len(node1After))
+		if len(node1After) != len(node1Before) {
+			t.Errorf("node1's bridges: %d before, %d after one Network more that no pod uses", len(node1Before), len(node1After))
+		}
+		if _, err := os.Stat(c.nodeConfList("node1", netbackend.BridgeName("default/node2-down"))); err != nil {
+			t.Errorf("node1 has no list of node2-down: %v", err)
 		}
 
 		if out, err := c.script(ctx, "start-kubelet", "2"); err != nil {
@@ -653,7 +680,7 @@ spec:
 		})
 		t.Logf("node2's entries removed %s after the Node was deleted", time.Since(start).Round(time.Millisecond))
 		// node2's agent still runs (its container outlives the kubelet) and still realises
-		// Networks there, but, holding no leases, reports nothing: a new Network's bridge
+		// Networks there, but, holding no leases, reports nothing: a new Network's list
 		// appears on node2 and its status names node1 only.
 		n, err := networks.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "node2-deleted"},
 			Spec: samplecrdv1.NetworkSpec{CIDR: "10.21.0.0/24"}}, metav1.CreateOptions{})
@@ -673,9 +700,9 @@ spec:
 			}
 			return false, string(b)
 		})
-		eventually(t, 60*time.Second, "node2-deleted's bridge on node2 (its agent saw it)", func() (bool, string) {
-			out, err := c.nodeExec(t, "node2", "ip", "-o", "addr", "show", "dev", bridge)
-			return err == nil && strings.Contains(out, "10.21.0.1/24"), out
+		eventually(t, 60*time.Second, "node2-deleted's list on node2 (its agent saw it)", func() (bool, string) {
+			b, err := os.ReadFile(c.nodeConfList("node2", bridge))
+			return err == nil && strings.Contains(string(b), "10.21.0.0/24"), fmt.Sprint(err)
 		})
 		n, err = networks.Get(ctx, "node2-deleted", metav1.GetOptions{})
 		if err != nil {

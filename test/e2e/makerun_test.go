@@ -22,6 +22,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -34,11 +35,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/linux"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
 
@@ -160,9 +163,9 @@ func (p *process) kubectl(t *testing.T, args ...string) string {
 }
 
 // startMakeRun runs `make run` with the default flags but for a free port and the data dir.
-func startMakeRun(t *testing.T, port int, dataDir string) *process {
+func startMakeRun(t *testing.T, port int, dataDir string, vars ...string) *process {
 	t.Helper()
-	cmd := exec.Command("make", "run", fmt.Sprintf("PORT=%d", port), "DATA_DIR="+dataDir)
+	cmd := exec.Command("make", append([]string{"run", fmt.Sprintf("PORT=%d", port), "DATA_DIR=" + dataDir}, vars...)...)
 	cmd.Env = userEnv()
 	return startProcess(t, cmd, dataDir)
 }
@@ -338,6 +341,12 @@ func TestMakeRun(t *testing.T) {
 	key := "default/backend"
 	bridge := netbackend.BridgeName(key)
 	conf := filepath.Join(dataDir, "cni", "net.d", "90-samplecrd-"+bridge+".conflist")
+	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
+	for _, plugin := range []string{"bridge", "host-local", "portmap", "loopback", linux.AttachPluginType} {
+		if _, err := os.Stat(filepath.Join(pluginDir, plugin)); err != nil {
+			t.Fatalf("CNI plugin %s not built (make build, hack/build-tools.sh cni): %v", plugin, err)
+		}
+	}
 
 	// 1. The README's quick start; stopped with Ctrl-C (SIGINT to make's process group).
 	p := startMakeRun(t, port, dataDir)
@@ -351,10 +360,22 @@ func TestMakeRun(t *testing.T) {
 	if out := p.kubectl(t, "get", "networks"); !regexpLine(out, `backend\s+10\.10\.0\.0/24\s+10\.10\.0\.1\s+True\s+\S+\s+\S+\s+\S+`) {
 		t.Errorf("kubectl get networks:\n%s", out)
 	}
-	waitBridgeInDemoNS(t, p, bridge, key)
-	if _, err := os.Stat(conf); err != nil {
-		t.Errorf("the CNI configuration list is not in the data dir: %v", err)
+	// Ready with its list in the data dir, first our plugin, and no bridge until a pod attaches
+	// (the default, --bridge-on-attach).
+	demo := &node{t: t, ns: &netnstest.NS{Name: demoNetNS, Path: "/var/run/netns/" + demoNetNS},
+		confDir: filepath.Dir(conf), cni: libcni.NewCNIConfigWithCacheDir([]string{pluginDir}, t.TempDir(), nil)}
+	if list := demo.confList(key); len(list.Plugins) == 0 || list.Plugins[0].Network.Type != linux.AttachPluginType {
+		t.Fatalf("the list in the data dir does not start with %s", linux.AttachPluginType)
 	}
+	if out, err := exec.Command("ip", "-n", demoNetNS, "link", "show", bridge).CombinedOutput(); err == nil {
+		t.Errorf("Ready with the bridge already made in %s, before any pod:\n%s", demoNetNS, out)
+	}
+	// A pod (a namespace of this test's) attached through the list from the demo namespace, as
+	// a runtime there would: its ADD makes the bridge, and the pod reaches the gateway.
+	pod := demo.add(key, "demo-pod")
+	waitBridgeInDemoNS(t, p, bridge, key)
+	pingOnce(t, "the gateway from a pod", pod, netip.MustParseAddr("10.10.0.1"))
+	demo.del(pod)
 	assertHostUnchanged(t, host, "during make run")
 
 	if err := syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT); err != nil {
@@ -366,9 +387,11 @@ func TestMakeRun(t *testing.T) {
 	checkStopped(t, p, dataDir, "Ctrl-C")
 	assertHostUnchanged(t, host, "after Ctrl-C")
 
-	// 2. Again on the same data: the controller makes the bridge again in a new namespace. Then
-	// the run crashes: everything is killed with SIGKILL, the namespace stays behind.
-	p = startMakeRun(t, port, dataDir)
+	// 2. Again on the same data, with a bridge per Network (CONTROLLER_FLAGS reach the server):
+	// the controller makes the bridge again in a new namespace, without a pod. Then the run
+	// crashes: everything is killed with SIGKILL, the namespace stays behind.
+	perNetwork := "CONTROLLER_FLAGS=--bridge-on-attach=false"
+	p = startMakeRun(t, port, dataDir, perNetwork)
 	waitBridgeInDemoNS(t, p, bridge, key)
 	pid := serverPid(dataDir)
 	if pid == 0 {
@@ -390,7 +413,7 @@ func TestMakeRun(t *testing.T) {
 	assertHostUnchanged(t, host, "after a killed make run")
 
 	// 3. The next start replaces the leftover; stopped with SIGTERM to make.
-	p = startMakeRun(t, port, dataDir)
+	p = startMakeRun(t, port, dataDir, perNetwork)
 	if !strings.Contains(p.log.String(), "deleted the network namespace "+demoNetNS+" that an earlier run left behind") {
 		t.Errorf("make run does not say it replaced the leftover namespace:\n%s", p.log.tail())
 	}

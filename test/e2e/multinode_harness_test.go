@@ -128,14 +128,19 @@ func (n *mnNode) startAgent(kubeconfig string, extra ...string) {
 	t := n.t
 	t.Helper()
 	n.log = &syncBuffer{}
+	args := []string{"agent",
+		"--kubeconfig", kubeconfig, "--node-name", n.name, "--backend-netns", n.ns.Path,
+		"--cni-conf-dir", n.confDir, "--cni-ipam-data-dir", n.ipamDir,
+		"--metrics-bind-address", "", "--controller-resync-period", "2s", "-v=2"}
 	binary := n.binary
 	if binary == "" {
 		binary = tool(t, "SERVER", "network-apiserver")
+		// The multi-node tests look at bridges and segments before pods attach: a bridge per
+		// Network on every node, as the old release (n.binary) always makes (extra may turn
+		// the default back on).
+		args = append(args, "--bridge-on-attach=false")
 	}
-	n.cmd = exec.Command(binary, append([]string{"agent",
-		"--kubeconfig", kubeconfig, "--node-name", n.name, "--backend-netns", n.ns.Path,
-		"--cni-conf-dir", n.confDir, "--cni-ipam-data-dir", n.ipamDir,
-		"--metrics-bind-address", "", "--controller-resync-period", "2s", "-v=2"}, extra...)...)
+	n.cmd = exec.Command(binary, append(args, extra...)...)
 	n.cmd.Stdout, n.cmd.Stderr = n.log, n.log
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -32,6 +32,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend/linux"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
 
@@ -40,11 +42,18 @@ import (
 // never get the same address twice, and each gets one inside its node's blocks. Before blocks,
 // every node's host-local handed out the whole prefix from its start, so the nodes' first pods
 // all got the same address. When the server gives the Network a VNI (status.vni) and the
-// agents have an underlay, every pod also reaches every other pod across the nodes.
+// agents have an underlay, every pod also reaches every other pod across the nodes. Both ways
+// a node makes a Network's bridge and VXLAN device: at once, and (the agents' default) in the
+// first pod's ADD, here five first ADDs at once on each node.
 func TestMultiNodeAddressesUnique(t *testing.T) {
+	t.Run("BridgePerNetwork", func(t *testing.T) { testMultiNodeAddressesUnique(t, false) })
+	t.Run("BridgesOnAttach", func(t *testing.T) { testMultiNodeAddressesUnique(t, true) })
+}
+
+func testMultiNodeAddressesUnique(t *testing.T, onAttach bool) {
 	netnstest.RequireRoot(t)
 	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
+	for _, p := range []string{"bridge", "host-local", "loopback", linux.AttachPluginType} {
 		if _, err := os.Stat(filepath.Join(pluginDir, p)); err != nil {
 			t.Fatalf("CNI plugin %s not built (hack/build-tools.sh cni): %v", p, err)
 		}
@@ -58,7 +67,7 @@ func TestMultiNodeAddressesUnique(t *testing.T) {
 	var nodes []*mnNode
 	for i := 1; i <= 3; i++ {
 		n := ul.addNode(t, i, pluginDir)
-		n.startAgent(s.kubeconfig, "--underlay-interface", "eth0")
+		n.startAgent(s.kubeconfig, "--underlay-interface", "eth0", fmt.Sprintf("--bridge-on-attach=%t", onAttach))
 		nodes = append(nodes, n)
 	}
 
@@ -71,6 +80,14 @@ func TestMultiNodeAddressesUnique(t *testing.T) {
 	}
 	for _, n := range nodes {
 		n.waitConfList(key)
+		_, err := n.ns.Netlink.LinkByName(netbackend.BridgeName(key))
+		if onAttach && err == nil {
+			t.Errorf("%s: the bridge is there before any pod attached", n.name)
+		}
+		if !onAttach && err != nil {
+			// The list is written after the bridge is up.
+			t.Errorf("%s: no bridge with the list written: %v", n.name, err)
+		}
 	}
 
 	// Five pods per node, all fifteen ADDs at once.

@@ -51,7 +51,7 @@ func TestAggregatedNamespacesAndGC(t *testing.T) {
 	netNS := netnstest.New(t, "nsgc")
 	confDir := t.TempDir()
 	c := localCluster(t, "NETWORK_APISERVER_ARGS=--controllers=true --backend-netns="+netNS.Path+
-		" --cni-conf-dir="+confDir+" --node-name=e2e-node")
+		" --cni-conf-dir="+confDir+" --node-name=e2e-node --bridge-on-attach=false")
 	node := &realizedNetworks{ns: netNS, confDir: confDir}
 
 	// gone reports whether `kubectl get args...` says NotFound.

@@ -131,26 +131,30 @@ func podInterfaces(t *testing.T, pid int) map[string]podInterface {
 // handler's directory (the deploy overlay's hostPath), and backend is the only Network then.
 func runtimeClassPods(t *testing.T, c *nodeCluster, networks typedv1.NetworkInterface) {
 	ctx := context.Background()
-	// Both nodes carry backend's segment: each entry with its InternalIP as underlay address
-	// and a VXLAN device, and a VNI from the server.
+	// Both nodes are ready for backend's segment: each entry with its InternalIP as underlay
+	// address, blocks and the segment's MTU, and a VNI from the server. The VXLAN devices, like
+	// the bridges, wait for the first pod on each node (the agents' default, --bridge-on-attach).
 	want := map[string]string{"node1": "10.200.0.11", "node2": "10.200.0.12"}
 	entries := map[string]samplecrdv1.NetworkNodeStatus{}
 	var network *samplecrdv1.Network
-	eventually(t, 90*time.Second, "backend's segment on node1 and node2", func() (bool, string) {
-		n, err := networks.Get(ctx, "backend", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		network = n
-		clear(entries)
-		for _, e := range n.Status.Nodes {
-			if e.Ready && e.UnderlayAddress == want[e.NodeName] && e.VXLAN != "" && len(e.Blocks) > 0 && e.MTU == 1450 {
-				entries[e.NodeName] = e
+	segment := func(withDevice bool) func() (bool, string) {
+		return func() (bool, string) {
+			n, err := networks.Get(ctx, "backend", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
 			}
+			network = n
+			clear(entries)
+			for _, e := range n.Status.Nodes {
+				if e.Ready && e.UnderlayAddress == want[e.NodeName] && (e.VXLAN != "") == withDevice && len(e.Blocks) > 0 && e.MTU == 1450 {
+					entries[e.NodeName] = e
+				}
+			}
+			b, _ := json.Marshal(n.Status)
+			return len(entries) == 2 && n.Status.VNI != 0, string(b)
 		}
-		b, _ := json.Marshal(n.Status)
-		return len(entries) == 2 && n.Status.VNI != 0, string(b)
-	})
+	}
+	eventually(t, 90*time.Second, "backend ready on node1 and node2, no VXLAN device before a pod", segment(false))
 	t.Logf("backend: VNI %d; node1 blocks %v, node2 blocks %v", network.Status.VNI, entries["node1"].Blocks, entries["node2"].Blocks)
 
 	// The handler's directory on each node: the primary configuration and backend's, nothing
@@ -195,6 +199,14 @@ spec:
 	c.kubectl(t, "apply", "-f", writeManifest(t, "across.yaml", pods))
 	c.kubectl(t, "wait", "--for=condition=Ready", "pod/across-node1", "pod/across-node2", "--timeout=120s")
 	t.Logf("two pods with RuntimeClass samplecrd Ready in %s", time.Since(start).Round(time.Millisecond))
+	// Each pod's ADD made the node's bridge (with the gateway) and VXLAN device; the agents
+	// report the devices.
+	eventually(t, 60*time.Second, "backend's segment on node1 and node2, with VXLAN devices", segment(true))
+	for node, e := range entries {
+		if out, err := c.nodeExec(t, node, "ip", "-o", "addr", "show", "dev", e.Bridge); err != nil || !strings.Contains(out, "10.10.0.1/24") {
+			t.Errorf("%s: bridge %s after a pod attached: %v\n%s", node, e.Bridge, err, out)
+		}
+	}
 
 	type pod struct {
 		pid        int

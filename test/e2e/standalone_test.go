@@ -252,7 +252,8 @@ func TestStandaloneWithKubectl(t *testing.T) {
 	netnstest.RequireRoot(t)
 	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
 	ns := netnstest.New(t, "e2e")
-	s := startStandalone(t, "--backend-netns", ns.Path, "--cni-conf-dir", t.TempDir(), "--node-name", "e2e-node")
+	// A bridge per Network: the test looks at the bridge without attaching a pod.
+	s := startStandalone(t, "--backend-netns", ns.Path, "--cni-conf-dir", t.TempDir(), "--node-name", "e2e-node", "--bridge-on-attach=false")
 
 	if out := s.kubectl(t, "version"); !strings.Contains(out, "v1.37.2") {
 		t.Errorf("kubectl version does not say v1.37.2:\n%s", out)

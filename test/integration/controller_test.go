@@ -53,6 +53,7 @@ func ctrlStartAgent(t *testing.T, s *framework.Server, ns *netnstest.NS, confDir
 	o := agent.NewControllerOptions()
 	o.NodeName, o.BackendNetNS, o.CNIConfDir = "node-it", ns.Path, confDir
 	o.ResyncPeriod, o.GCInterval = time.Hour, time.Hour
+	o.BridgeOnAttach = false // these tests look at each Network's bridge before any pod attaches
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &ctrlAgent{cancel: cancel, done: make(chan error, 1)}
 	go func() { a.done <- o.Run(ctx, s.Config, agent.Core{}) }()

@@ -62,8 +62,9 @@ type ControllerOptions struct {
 	BackendNetNS string
 	// IPAMDataDir is host-local's dataDir in the configuration lists; empty is its default.
 	IPAMDataDir string
-	// BridgeOnAttach leaves a Network's bridge on the node to its first pod's ADD, where the
-	// samplecrd-bridge plugin (installed beside the reference plugins) makes it.
+	// BridgeOnAttach (the default) leaves a Network's bridge on the node to its first pod's ADD,
+	// where the samplecrd-bridge plugin (installed beside the reference plugins) makes it; off,
+	// every Network gets its bridge on every node it selects as soon as it exists.
 	BridgeOnAttach bool
 	Workers        int
 	ResyncPeriod   time.Duration
@@ -108,13 +109,14 @@ type Core struct {
 func NewControllerOptions() *ControllerOptions {
 	host, _ := os.Hostname()
 	return &ControllerOptions{
-		Enabled:      true,
-		NodeName:     host,
-		CNIConfDir:   "/etc/cni/net.d",
-		Workers:      8,
-		ResyncPeriod: 10 * time.Minute,
-		GCInterval:   5 * time.Minute,
-		WatchNode:    true,
+		Enabled:        true,
+		NodeName:       host,
+		CNIConfDir:     "/etc/cni/net.d",
+		BridgeOnAttach: true,
+		Workers:        8,
+		ResyncPeriod:   10 * time.Minute,
+		GCInterval:     5 * time.Minute,
+		WatchNode:      true,
 
 		MinFreeAddresses:    networkcontroller.DefaultMinFreeAddresses,
 		CountReportInterval: networkcontroller.DefaultCountReportInterval,
@@ -137,7 +139,7 @@ func (c *ControllerOptions) AddFlags(fs *pflag.FlagSet, withToggle bool) {
 	fs.StringVar(&c.IPAMDataDir, "cni-ipam-data-dir", c.IPAMDataDir,
 		"host-local's dataDir in the CNI configuration lists (empty: host-local's default, /var/lib/cni/networks); a Network's leftover reservations there are removed with it.")
 	fs.BoolVar(&c.BridgeOnAttach, "bridge-on-attach", c.BridgeOnAttach,
-		"Make a Network's bridge on the node in its first pod's CNI ADD, by the samplecrd-bridge plugin that then comes first in the configuration list (it must be installed beside the reference plugins), instead of for every Network at once: a Network no pod uses here has its configuration list and no interface.")
+		"Make a Network's bridge on the node in its first pod's CNI ADD, by the samplecrd-bridge plugin that comes first in the configuration list (it must be installed beside the reference plugins: install-cni-plugin), so that a Network no pod uses here has its configuration list and no interface; false makes every Network's bridge (and VXLAN device) on the node as soon as the Network exists.")
 	fs.IntVar(&c.Workers, "controller-workers", c.Workers, "Networks reconciled in parallel.")
 	fs.DurationVar(&c.ResyncPeriod, "controller-resync-period", c.ResyncPeriod, "How often every Network is compared with the node again.")
 	fs.DurationVar(&c.GCInterval, "controller-gc-interval", c.GCInterval, "How often bridges and configurations without a Network are removed.")

@@ -15,7 +15,7 @@ limitations under the License.
 */
 
 // Package installcni is `network-apiserver install-cni-plugin`: the node agent's init container
-// copies the samplecrd-bridge CNI plugin (which --bridge-on-attach puts first in each list) from
+// copies the samplecrd-bridge CNI plugin (first in every list the agent writes) from
 // the image into the node's CNI binary directory, where the container runtime looks for plugins.
 package installcni
 
