@@ -34,6 +34,7 @@ import (
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/controller/nodestatus"
 	"github.com/samplecrd/network-apiserver/pkg/generated/informers/externalversions"
+	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 )
 
 // blocksFixture is a fixture whose controller claims blocks, against a fake server that hands
@@ -534,5 +535,35 @@ func TestSegmentWaitsForTheBridgeOnAttach(t *testing.T) {
 	applied = f.statusApplies()
 	if len(applied) != 1 || !applied[0].Ready || applied[0].VXLAN == "" || applied[0].Attachments != 1 || applied[0].Message == messageAwaitsAttach {
 		t.Fatalf("entry after the first ADD: %+v; want Ready with the VXLAN device and one attachment, no longer awaiting it", applied)
+	}
+}
+
+// A new Network reaches a node whose Node is deleted (its agent still runs and holds its Lease):
+// the node claims no block, so it writes no list and, with bridges made on attach, nothing at
+// all. It then holds no leases of the Network, and reports no entry: an entry kept "while pods
+// may hold addresses" would never go.
+func TestDeletedNodeReportsNothingOfANewNetwork(t *testing.T) {
+	for _, onAttach := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bridgeOnAttach=%t", onAttach), func(t *testing.T) {
+			n := blockNetwork()
+			n.Status.VNI = 1048577
+			f := newBlocksFixture(t, n, "10.66.0.16/28")
+			f.backend.BridgeOnAttach = onAttach
+			f.controller.opts.Underlay = netip.MustParseAddr("192.168.77.1")
+			f.controller.opts.LeaseHeld = func() bool { return true }
+			f.controller.nodeChanged(readyNode("node-a", corev1.ConditionUnknown, "NodeStatusUnknown"), true)
+			if _, err := f.sync("team/web"); netbackend.ReasonOf(err) != ReasonNodeDeleted {
+				t.Fatalf("sync: %v; want the refused claim (%s)", err, ReasonNodeDeleted)
+			}
+			if f.claims != 0 {
+				t.Errorf("%d claims of a node whose Node is deleted", f.claims)
+			}
+			if a := f.backend.Get("team/web"); a != nil && a.CNIConfig != nil {
+				t.Errorf("a list without a block: %s", a.CNIConfig)
+			}
+			if got := f.refresh("web"); len(got.Status.Nodes) != 0 {
+				t.Errorf("entries: %+v; want none from a deleted Node's agent with nothing of the Network", got.Status.Nodes)
+			}
+		})
 	}
 }

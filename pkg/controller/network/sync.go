@@ -84,7 +84,15 @@ func (c *Controller) sync(ctx context.Context, key string, n *v1.Network) (strin
 			extra.ipamMode = samplecrd.IPAMModeLegacy
 		}
 		if ensureErr == nil {
-			if actual, err := c.observeEnsured(ctx, key, desired.Segment != nil); err == nil && actual != nil {
+			actual, err := c.observeEnsured(ctx, key, desired.Segment != nil)
+			if err == nil && actual == nil {
+				// Nothing of the Network on the node: no block, so no list (and, made on the
+				// first attach, no bridge). It holds no leases either, which the entry says, so
+				// that a node whose Node is deleted withdraws it rather than keep it "while pods
+				// may hold addresses".
+				actual = &netbackend.Actual{Key: key}
+			}
+			if err == nil {
 				// No bridge on the node (one made on a pod's first attach, none yet) has no
 				// VXLAN device either: the first ADD makes both.
 				if desired.Segment != nil && (actual.Bridge != "" || actual.Segment != nil) {

@@ -111,7 +111,9 @@ func (b *Backend) Observe(_ context.Context, key string) (*netbackend.Actual, er
 		return nil, err
 	}
 	a, ok := b.nodes[key]
-	if !ok {
+	if !ok || a.Bridge == "" && a.CNIConfig == nil && len(a.Leases) == 0 && a.Segment == nil {
+		// Nothing of the Network on the node (an Ensure without a block writes no list and,
+		// with BridgeOnAttach, makes nothing): nil, as the linux backend answers.
 		return nil, nil
 	}
 	return clone(a), nil
