@@ -24,11 +24,13 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -679,9 +681,10 @@ spec:
 			})
 		})
 		t.Logf("node2's entries removed %s after the Node was deleted", time.Since(start).Round(time.Millisecond))
-		// node2's agent still runs (its container outlives the kubelet) and still realises
-		// Networks there, but, holding no leases, reports nothing: a new Network's list
-		// appears on node2 and its status names node1 only.
+		// node2's agent still runs (its container outlives the kubelet) and sees a new Network,
+		// but, its Node deleted, it claims no address block of it and, holding no leases,
+		// reports nothing: its status names node1 only, and node2 has no list of it (no pod
+		// could attach there), nor a bridge.
 		n, err := networks.Create(ctx, &samplecrdv1.Network{ObjectMeta: metav1.ObjectMeta{Name: "node2-deleted"},
 			Spec: samplecrdv1.NetworkSpec{CIDR: "10.21.0.0/24"}}, metav1.CreateOptions{})
 		if err != nil {
@@ -700,10 +703,18 @@ spec:
 			}
 			return false, string(b)
 		})
-		eventually(t, 60*time.Second, "node2-deleted's list on node2 (its agent saw it)", func() (bool, string) {
-			b, err := os.ReadFile(c.nodeConfList("node2", bridge))
-			return err == nil && strings.Contains(string(b), "10.21.0.0/24"), fmt.Sprint(err)
+		refused := regexp.MustCompile(`(?m)^network_controller_reconcile_errors_total\{reason="NodeDeleted"\} (\d+)$`)
+		eventually(t, 60*time.Second, "node2's agent refusing to claim blocks for its deleted Node", func() (bool, string) {
+			metrics, err := httpGetIn(c.pid(t, "node2-holder"), "http://127.0.0.1:9469/metrics")
+			m := refused.FindStringSubmatch(metrics)
+			return err == nil && m != nil && m[1] != "0", fmt.Sprintf("%v %q", err, m)
 		})
+		if _, err := os.Stat(c.nodeConfList("node2", bridge)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("node2 has a list of node2-deleted, or it cannot tell (%v): a deleted Node's agent claims no block", err)
+		}
+		if out, err := c.nodeExec(t, "node2", "ip", "-o", "link", "show", "dev", bridge); err == nil {
+			t.Errorf("node2 has the bridge of node2-deleted:\n%s", out)
+		}
 		n, err = networks.Get(ctx, "node2-deleted", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
