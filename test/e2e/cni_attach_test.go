@@ -22,7 +22,6 @@ import (
 	"errors"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,12 +46,7 @@ import (
 // with its list alone, and one that had pods with its bridge too.
 func TestRuntimeBridgeOnAttach(t *testing.T) {
 	netnstest.RequireRoot(t)
-	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
-	for _, p := range []string{"bridge", "host-local", "portmap", "loopback", linux.AttachPluginType} {
-		if _, err := os.Stat(filepath.Join(pluginDir, p)); err != nil {
-			t.Fatalf("CNI plugin %s not built (make build, hack/build-tools.sh cni): %v", p, err)
-		}
-	}
+	pluginDir := requireCNIPlugins(t, "bridge", "host-local", "portmap", "loopback", linux.AttachPluginType)
 	nodeNS := netnstest.New(t, "node")
 	nodeNS.DisableDAD(t)
 	n := &node{t: t, ns: nodeNS, dataDir: t.TempDir(), confDir: t.TempDir(), ipamDir: t.TempDir(), port: freePort(t),

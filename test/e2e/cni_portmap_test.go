@@ -23,9 +23,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,12 +51,7 @@ import (
 // The iptables rules the plugins write live in the node's namespace, which the test creates.
 func TestRuntimeHostPortAndMasquerade(t *testing.T) {
 	netnstest.RequireRoot(t)
-	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
-	for _, p := range []string{"bridge", "host-local", "portmap", "loopback"} {
-		if _, err := os.Stat(filepath.Join(pluginDir, p)); err != nil {
-			t.Fatalf("CNI plugin %s not built (make test-e2e builds it: hack/build-tools.sh cni): %v", p, err)
-		}
-	}
+	pluginDir := requireCNIPlugins(t, "bridge", "host-local", "portmap", "loopback")
 	if _, err := exec.LookPath("iptables"); err != nil {
 		t.Fatalf("the portmap and bridge plugins need iptables (make test-e2e installs it: hack/install-deps.sh iptables): %v", err)
 	}

@@ -276,12 +276,7 @@ type network struct {
 
 func TestRuntimeAttachesPods(t *testing.T) {
 	netnstest.RequireRoot(t)
-	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
-	for _, p := range []string{"bridge", "host-local", "portmap", "loopback"} {
-		if _, err := os.Stat(filepath.Join(pluginDir, p)); err != nil {
-			t.Fatalf("CNI plugin %s not built (make test-e2e builds it: hack/build-tools.sh cni): %v", p, err)
-		}
-	}
+	pluginDir := requireCNIPlugins(t, "bridge", "host-local", "portmap", "loopback")
 	nodeNS := netnstest.New(t, "node")
 	nodeNS.DisableDAD(t)
 	n := &node{t: t, ns: nodeNS, dataDir: t.TempDir(), confDir: t.TempDir(), ipamDir: t.TempDir(), port: freePort(t), pluginsD: pluginDir}

@@ -44,7 +44,6 @@ import (
 
 	samplecrdv1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/certs"
-	"github.com/samplecrd/network-apiserver/pkg/netbackend"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/linux"
 	"github.com/samplecrd/network-apiserver/pkg/netbackend/netnstest"
 )
@@ -145,10 +144,16 @@ patches:
 // the deploy overlay has the agents install the CNI plugin.
 var nodesCNIBinDir = filepath.Join(repoRoot, "_output", "bin", "cni")
 
-// nodeConfList is the path, on this machine, of the configuration list of the Network with
-// bridge in node's runtime handler directory.
-func (c *nodeCluster) nodeConfList(node, bridge string) string {
-	return filepath.Join(c.state, "nodes", node, "etc", "upper", "cni", "samplecrd.d", "90-samplecrd-"+bridge+".conflist")
+// nodeRuntimeClassDir is node's runtime handler directory (runtimeClassDir) on this machine:
+// the node's /etc is an overlay whose upper directory is its etc/upper.
+func (c *nodeCluster) nodeRuntimeClassDir(node string) string {
+	return filepath.Join(c.state, "nodes", node, "etc", "upper", strings.TrimPrefix(runtimeClassDir, "/etc/"))
+}
+
+// nodeConfList is the path, on this machine, of the configuration list of the Network key in
+// node's runtime handler directory.
+func (c *nodeCluster) nodeConfList(node, key string) string {
+	return linux.ConfPath(c.nodeRuntimeClassDir(node), key)
 }
 
 // nodeExec runs a command in node's network namespace.
@@ -341,7 +346,7 @@ spec:
 		// The agents' default: each node has the list, our plugin first, and no bridge until a
 		// pod attaches there (RuntimeClassPods attaches one on each).
 		for node, bridge := range ready {
-			list, err := libcni.ConfListFromFile(c.nodeConfList(node, bridge))
+			list, err := libcni.ConfListFromFile(c.nodeConfList(node, "default/backend"))
 			if err != nil || len(list.Plugins) == 0 || list.Plugins[0].Network.Type != linux.AttachPluginType {
 				t.Errorf("%s: the list of backend (%v) does not start with %s", node, err, linux.AttachPluginType)
 			}
@@ -645,7 +650,7 @@ spec:
 		if len(node1After) != len(node1Before) {
 			t.Errorf("node1's bridges: %d before, %d after one Network more that no pod uses", len(node1Before), len(node1After))
 		}
-		if _, err := os.Stat(c.nodeConfList("node1", netbackend.BridgeName("default/node2-down"))); err != nil {
+		if _, err := os.Stat(c.nodeConfList("node1", "default/node2-down")); err != nil {
 			t.Errorf("node1 has no list of node2-down: %v", err)
 		}
 
@@ -709,7 +714,7 @@ spec:
 			m := refused.FindStringSubmatch(metrics)
 			return err == nil && m != nil && m[1] != "0", fmt.Sprintf("%v %q", err, m)
 		})
-		if _, err := os.Stat(c.nodeConfList("node2", bridge)); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(c.nodeConfList("node2", "default/node2-deleted")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("node2 has a list of node2-deleted, or it cannot tell (%v): a deleted Node's agent claims no block", err)
 		}
 		if out, err := c.nodeExec(t, "node2", "ip", "-o", "link", "show", "dev", bridge); err == nil {

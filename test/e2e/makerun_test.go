@@ -340,13 +340,8 @@ func TestMakeRun(t *testing.T) {
 	port := freePort(t)
 	key := "default/backend"
 	bridge := netbackend.BridgeName(key)
-	conf := filepath.Join(dataDir, "cni", "net.d", "90-samplecrd-"+bridge+".conflist")
-	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
-	for _, plugin := range []string{"bridge", "host-local", "portmap", "loopback", linux.AttachPluginType} {
-		if _, err := os.Stat(filepath.Join(pluginDir, plugin)); err != nil {
-			t.Fatalf("CNI plugin %s not built (make build, hack/build-tools.sh cni): %v", plugin, err)
-		}
-	}
+	conf := linux.ConfPath(filepath.Join(dataDir, "cni", "net.d"), key)
+	pluginDir := requireCNIPlugins(t, "bridge", "host-local", "portmap", "loopback", linux.AttachPluginType)
 
 	// 1. The README's quick start; stopped with Ctrl-C (SIGINT to make's process group).
 	p := startMakeRun(t, port, dataDir)

@@ -21,8 +21,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -68,12 +66,7 @@ func newMNCluster(t *testing.T, count int, agentArgs ...string) *mnCluster {
 func newMNClusterWith(t *testing.T, serverArgs []string, count int, agentArgs ...string) *mnCluster {
 	t.Helper()
 	netnstest.RequireRoot(t)
-	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
-		if _, err := os.Stat(filepath.Join(pluginDir, p)); err != nil {
-			t.Fatalf("CNI plugin %s not built (hack/build-tools.sh cni): %v", p, err)
-		}
-	}
+	pluginDir := requireCNIPlugins(t, "bridge", "host-local", "loopback")
 	s := startStandalone(t, append([]string{"--controllers=false"}, serverArgs...)...)
 	c := &mnCluster{t: t, s: s, client: s.clientset(t), ul: newUnderlay(t), pluginDir: pluginDir, agentArgs: agentArgs}
 	for i := 1; i <= count; i++ {

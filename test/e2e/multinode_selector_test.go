@@ -48,12 +48,7 @@ import (
 // everything and withdraws its entry.
 func TestMultiNodeSelector(t *testing.T) {
 	netnstest.RequireRoot(t)
-	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
-		if _, err := os.Stat(filepath.Join(pluginDir, p)); err != nil {
-			t.Fatalf("CNI plugin %s not built (hack/build-tools.sh cni): %v", p, err)
-		}
-	}
+	pluginDir := requireCNIPlugins(t, "bridge", "host-local", "loopback")
 	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
 	s := startStandalone(t, "--controllers=false")
 	client := s.clientset(t)

@@ -20,8 +20,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -52,12 +50,7 @@ func TestMultiNodeAddressesUnique(t *testing.T) {
 
 func testMultiNodeAddressesUnique(t *testing.T, onAttach bool) {
 	netnstest.RequireRoot(t)
-	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
-	for _, p := range []string{"bridge", "host-local", "loopback", linux.AttachPluginType} {
-		if _, err := os.Stat(filepath.Join(pluginDir, p)); err != nil {
-			t.Fatalf("CNI plugin %s not built (hack/build-tools.sh cni): %v", p, err)
-		}
-	}
+	pluginDir := requireCNIPlugins(t, "bridge", "host-local", "loopback", linux.AttachPluginType)
 	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
 	s := startStandalone(t, "--controllers=false")
 	client := s.clientset(t)

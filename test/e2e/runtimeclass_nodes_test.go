@@ -160,7 +160,7 @@ func runtimeClassPods(t *testing.T, c *nodeCluster, networks typedv1.NetworkInte
 	// The handler's directory on each node: the primary configuration and backend's, nothing
 	// else (it takes the first two); the node's primary directory has none of ours.
 	for node, e := range entries {
-		dir := filepath.Join(c.state, "nodes", node, "etc", "upper", "cni", "samplecrd.d")
+		dir := c.nodeRuntimeClassDir(node)
 		var names []string
 		eventually(t, 30*time.Second, node+": "+runtimeClassDir+" holds the primary and backend's configuration", func() (bool, string) {
 			des, err := os.ReadDir(dir)

@@ -56,6 +56,20 @@ func tool(t *testing.T, env, name string) string {
 	return p
 }
 
+// requireCNIPlugins returns the directory of the CNI plugins make builds (the reference plugins
+// from hack/build-tools.sh cni, samplecrd-bridge from make build), failing t when one of
+// plugins is not there.
+func requireCNIPlugins(t *testing.T, plugins ...string) string {
+	t.Helper()
+	dir := filepath.Join(repoRoot, "_output", "bin", "cni")
+	for _, p := range plugins {
+		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
+			t.Fatalf("CNI plugin %s not built (make test-e2e builds it: make build, hack/build-tools.sh cni): %v", p, err)
+		}
+	}
+	return dir
+}
+
 // standalone is a network-apiserver process started from the binary.
 type standalone struct {
 	cmd        *exec.Cmd

@@ -131,12 +131,7 @@ func inBlocks(a netip.Addr, blocks []v1.Block, origin string) bool {
 // pods keep reaching each other within their node, and new pods get addresses no node holds.
 func TestUpgradeFromWholePrefix(t *testing.T) {
 	netnstest.RequireRoot(t)
-	pluginDir := filepath.Join(repoRoot, "_output", "bin", "cni")
-	for _, p := range []string{"bridge", "host-local", "loopback"} {
-		if _, err := os.Stat(filepath.Join(pluginDir, p)); err != nil {
-			t.Fatalf("CNI plugin %s not built (hack/build-tools.sh cni): %v", p, err)
-		}
-	}
+	pluginDir := requireCNIPlugins(t, "bridge", "host-local", "loopback")
 	old := oldBinary(t)
 	t.Setenv("E2E_KUBECTL", tool(t, "KUBECTL", "kubectl"))
 	s := startStandaloneFrom(t, standaloneFiles{binary: old}, "--controllers=false")
