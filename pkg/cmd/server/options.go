@@ -48,6 +48,7 @@ import (
 	"github.com/samplecrd/network-apiserver/pkg/apis/samplecrd"
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/apiserver"
+	"github.com/samplecrd/network-apiserver/pkg/apiserver/frontproxy"
 	"github.com/samplecrd/network-apiserver/pkg/cmd/agent"
 	"github.com/samplecrd/network-apiserver/pkg/embeddedetcd"
 	generatedopenapi "github.com/samplecrd/network-apiserver/pkg/generated/openapi"
@@ -353,6 +354,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err := o.Recommended.ApplyTo(config); err != nil {
 		return nil, err
 	}
+	// The aggregator's requests are authenticated from their headers without verifying its
+	// client certificate chain again on each one (frontproxy).
+	config.Authentication.Authenticator = frontproxy.New(config.Authentication.Authenticator, config.Authentication.RequestHeaderConfig)
 	if o.Standalone {
 		token, err := standaloneauth.LoadOrCreateAdminToken(filepath.Join(o.DataDir, "admin.token"))
 		if err != nil {
