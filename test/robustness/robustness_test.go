@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -40,11 +41,12 @@ import (
 )
 
 var (
-	seedFlag   = flag.Int64("seed", 0, "seed of the traffic and the faults (0: one from the clock, printed)")
-	fullFlag   = flag.Bool("full", false, "run the full scenarios (minutes each) instead of the short ones")
-	outFlag    = flag.String("out", "", "where each run keeps its history, operations and logs (default <repo>/_output/robustness)")
-	keepFlag   = flag.Bool("keep", false, "keep a passing run's files too (a failing run's are always kept)")
-	replayFlag = flag.String("replay", "", "TestReplay: validate again the files of a kept run (its directory)")
+	seedFlag    = flag.Int64("seed", 0, "seed of the traffic and the faults (0: one from the clock, printed)")
+	fullFlag    = flag.Bool("full", false, "run the full scenarios (minutes each) instead of the short ones")
+	outFlag     = flag.String("out", "", "where each run keeps its history, operations and logs (default <repo>/_output/robustness)")
+	keepFlag    = flag.Bool("keep", false, "keep a passing run's files too (a failing run's are always kept)")
+	replayFlag  = flag.String("replay", "", "TestReplay: validate again the files of a kept run (its directory)")
+	clientVFlag = flag.Int("client-v", 0, "log the test process's client-go (the informers' reflectors, the clients) at this klog verbosity into client.log in -out (0: no log)")
 )
 
 func repoRoot(t testing.TB) string {
@@ -61,6 +63,13 @@ func TestRobustness(t *testing.T) {
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
 	root := repoRoot(t)
+	out := *outFlag
+	if out == "" {
+		out = filepath.Join(root, "_output", "robustness")
+	}
+	if *clientVFlag > 0 {
+		clientLog(t, out, *clientVFlag)
+	}
 	bin := filepath.Join(root, "_output", "bin")
 	for _, b := range []string{"network-apiserver", "etcd"} {
 		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
@@ -72,13 +81,30 @@ func TestRobustness(t *testing.T) {
 		seed = time.Now().UnixNano() % 1_000_000
 	}
 	t.Logf("seed %d (replay the traffic and faults with: go test ./test/robustness -run 'TestRobustness' -args -seed=%d%s)", seed, seed, map[bool]string{true: " -full"}[*fullFlag])
-	out := *outFlag
-	if out == "" {
-		out = filepath.Join(root, "_output", "robustness")
-	}
 	for _, sc := range scenarios(*fullFlag) {
 		t.Run(sc.Name, func(t *testing.T) { runScenario(t, sc, bin, out, seed) })
 	}
+}
+
+// clientLog sends klog's output at verbosity v to <out>/client.log (appended to), for the
+// reflectors' own account of a run: which lists and watches they made, at which
+// resourceVersions, and how each ended.
+func clientLog(t *testing.T, out string, v int) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(out, "client.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { klog.Flush(); _ = f.Close() })
+	var fs flag.FlagSet
+	klog.InitFlags(&fs)
+	if err := fs.Set("v", strconv.Itoa(v)); err != nil {
+		t.Fatal(err)
+	}
+	klog.SetOutput(f)
+	t.Logf("client-go's log at -v=%d: %s", v, f.Name())
 }
 
 // linearizabilityTimeout bounds porcupine's search on one name.
