@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -58,6 +59,12 @@ type pagingStore struct {
 	storage.Interface
 	etcd  *EtcdCodec
 	pages *etcdscan.Scanner
+
+	// Stats' state (sizes.go): the watch cache's keys once it enables the size estimation, and
+	// the estimated average stored size.
+	sizeMu   sync.Mutex
+	keys     storage.KeysFunc
+	meanSize int64
 }
 
 // GetList reads continue pages itself (servesContinue), every other list through the etcd3

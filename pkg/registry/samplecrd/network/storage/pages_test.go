@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -318,6 +319,11 @@ func TestPagedBeneathTheWatchCache(t *testing.T) {
 			t.Fatalf("built a %T, want the watch cache", s)
 		}
 		samePageOf(t, f.generic, s, "/networks", firstPage(t, s))
+		// The watch cache enabled the size estimation on the paging store: Stats counts the
+		// cache's keys and reads a sample's sizes.
+		if st, err := s.Stats(context.Background()); err != nil || st.ObjectCount != 5 || st.EstimatedAverageObjectSizeBytes <= 0 {
+			t.Fatalf("Stats through the watch cache: %+v, %v: want 5 Networks and their average size", st, err)
+		}
 	})
 	t.Run("watch cache, ListFromCacheSnapshot on", func(t *testing.T) {
 		featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
@@ -365,5 +371,64 @@ func TestContinuePageFilledMidRead(t *testing.T) {
 	}
 	if matches != 10 {
 		t.Fatalf("the walk found %d Networks, want the 10 labelled", matches)
+	}
+}
+
+// TestStatsFromASample: with the watch cache's keys, Stats counts them and estimates the
+// average stored size from a sample of values: the exact mean while the sample holds every
+// Network, a mean within the sizes stored once it cannot, and the etcd3 store's own Stats (a
+// count, no size) without the keys.
+func TestStatsFromASample(t *testing.T) {
+	f := newPagesFixture(t)
+	ctx := context.Background()
+	if st, err := f.ours.Stats(ctx); err != nil || st.ObjectCount != 0 || st.EstimatedAverageObjectSizeBytes != 0 {
+		t.Fatalf("Stats before the keys: %+v, %v: want the etcd3 store's count of 0 and no size", st, err)
+	}
+	var keys []string
+	sizes := func() (lo, hi, mean int64) {
+		resp, err := f.scanner.ReadPage(ctx, f.ours.etcd.KeyPrefix(), "\xff", 0, 100000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo = 1 << 62
+		for _, kv := range resp.Kvs {
+			n := int64(len(kv.Value))
+			lo, hi, mean = min(lo, n), max(hi, n), mean+n
+		}
+		return lo, hi, mean / int64(len(resp.Kvs))
+	}
+	if err := f.ours.EnableResourceSizeEstimation(func(context.Context) ([]string, error) { return keys, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ours.EnableResourceSizeEstimation(func(context.Context) ([]string, error) { return nil, nil }); err == nil {
+		t.Fatal("enabled twice without an error")
+	}
+	if st, err := f.ours.Stats(ctx); err != nil || st != (storage.Stats{}) {
+		t.Fatalf("Stats of nothing: %+v, %v", st, err)
+	}
+	for i := range 100 {
+		f.put(t, "a", fmt.Sprintf("n%03d", i), nil)
+		keys = append(keys, fmt.Sprintf("/networks/a/n%03d", i))
+	}
+	_, _, mean := sizes()
+	st, err := f.ours.Stats(ctx)
+	if err != nil || st.ObjectCount != 100 || st.EstimatedAverageObjectSizeBytes != mean {
+		t.Fatalf("Stats of 100: %+v, %v: want 100 Networks of %d bytes on average", st, err, mean)
+	}
+	// Larger Networks, and more than one sample holds.
+	big := map[string]string{"a-label-that-makes-the-network-larger": strings.Repeat("x", 60)}
+	for i := range 2 * sizeSample {
+		f.put(t, "b", fmt.Sprintf("n%03d", i), big)
+		keys = append(keys, fmt.Sprintf("/networks/b/n%03d", i))
+	}
+	lo, hi, _ := sizes()
+	for range 8 {
+		st, err := f.ours.Stats(ctx)
+		if err != nil || st.ObjectCount != int64(len(keys)) || st.EstimatedAverageObjectSizeBytes < lo || st.EstimatedAverageObjectSizeBytes > hi {
+			t.Fatalf("Stats of %d: %+v, %v: want the count and a size within %d..%d", len(keys), st, err, lo, hi)
+		}
+	}
+	if lo == hi {
+		t.Fatalf("the Networks stored are all of %d bytes: the test needs two sizes", lo)
 	}
 }
