@@ -1,5 +1,5 @@
 /*
-Copyright 2026 The network-apiserver Authors.
+Copyright The network-apiserver Authors.
 
 Licensed under the Apache License, Version 2.0 (the "License");
 you may not use this file except in compliance with the License.
