@@ -254,7 +254,8 @@ func runScenario(t *testing.T, sc scenario, bin, out string, seed int64) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		if err != nil || !slices.Equal(list, cached) {
-			problems = append(problems, fmt.Sprintf("informer: %s's cache %v never equalled a fresh LIST %v (%v) within %s; its last watch and list errors: %q",
+			problems = append(problems, fmt.Sprintf("informer: %s's cache %v never equalled a fresh LIST %v (%v) within %s; its last errors from ListAndWatch: %q "+
+				"(the reflector retries failed watches and relists after a 410 inside it, unreported: -client-v=4 logs those)",
 				inf.name, cached, list, err, informerConvergence, inf.lastErrors(5)))
 		}
 	}
