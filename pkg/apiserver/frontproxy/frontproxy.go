@@ -73,11 +73,12 @@ type Authenticator struct {
 
 // chainKey names a chain verified against one CA bundle. The bundle is its verify options'
 // root pool: k8s.io/apiserver's CA providers build a new pool whenever the bundle changes and
-// hand out the same one until then. The key holds the pool, so a pool in the map is never
-// freed and its address never names another.
+// hand out the same one until then (and no intermediates pool; one a provider handed out would
+// be part of the key too). The key holds the pools, so a pool in the map is never freed and its
+// address never names another.
 type chainKey struct {
-	roots *x509.CertPool
-	chain [sha256.Size]byte
+	roots, intermediates *x509.CertPool
+	chain                [sha256.Size]byte
 }
 
 // window is when a verification may be trusted: within the validity of every certificate of
@@ -138,7 +139,7 @@ func (a *Authenticator) fromFrontProxy(req *http.Request) bool {
 		return false
 	}
 	now := a.now()
-	key := chainKey{roots: opts.Roots, chain: digest(certs)}
+	key := chainKey{roots: opts.Roots, intermediates: opts.Intermediates, chain: digest(certs)}
 	a.mu.Lock()
 	w, seen := a.verified[key]
 	a.mu.Unlock()
