@@ -33,6 +33,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,22 +263,13 @@ func TestSameAnswersAsUpstream(t *testing.T) {
 		if got.ok != s.wantOK {
 			t.Errorf("%s: authenticated %v, want %v (%+v)", s.name, got.ok, s.wantOK, got)
 		}
-		if s.wantOK && (got.user.GetName() != "alice" || !contains(got.user.GetGroups(), user.AllAuthenticated) || len(got.headers) != 0) {
+		if s.wantOK && (got.user.GetName() != "alice" || !slices.Contains(got.user.GetGroups(), user.AllAuthenticated) || len(got.headers) != 0) {
 			t.Errorf("%s: user %+v, headers left %v: want alice in %s with the headers cleared", s.name, got.user, got.headers, user.AllAuthenticated)
 		}
 		if n := ours.verifications.Load(); n != s.verifications {
 			t.Errorf("%s: %d chain verifications in all, want %d", s.name, n, s.verifications)
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestRememberedOnlyWhileValid moves the clock: a remembered chain is verified again after
