@@ -35,6 +35,10 @@ import (
 const (
 	OverlapScopeCluster   = "cluster"
 	OverlapScopeNamespace = "namespace"
+
+	// AllocationGuardsAll and AllocationGuardsRecorded are the values of --allocation-guards.
+	AllocationGuardsAll      = "all"
+	AllocationGuardsRecorded = "recorded"
 )
 
 // DefaultNetworkPools are where prefixes for spec.prefixLength come from unless --network-pool is given.
@@ -86,6 +90,10 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 		return apiserver.ExtraConfig{}, nil, fmt.Errorf("--vni-range: %w", err)
 	}
 	storage := o.Recommended.Etcd.StorageConfig
+	guards := allocator.GuardsAll
+	if o.AllocationGuards == AllocationGuardsRecorded {
+		guards = allocator.GuardsRecorded
+	}
 	var client *clientv3.Client
 	if o.embedded != nil {
 		// The embedded member is in this process: creates and deletes call it directly.
@@ -94,7 +102,8 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 		return apiserver.ExtraConfig{}, nil, err
 	}
 	return apiserver.ExtraConfig{
-		Allocator:      allocator.New(client, storage.Prefix+"/allocations"),
+		// The length records are a sibling of allocations/ too, for the same reason.
+		Allocator:      allocator.New(client, storage.Prefix+"/allocations").KeepLengths(storage.Prefix+"/allocation-lengths", guards),
 		Scoping:        allocator.Scoping{PerNamespace: o.OverlapScope == OverlapScopeNamespace},
 		Pools:          pools,
 		VerifyInterval: o.AllocationVerifyInterval,

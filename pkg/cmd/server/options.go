@@ -74,6 +74,9 @@ type Options struct {
 	EmbeddedEtcdPort int
 	// OverlapScope is where two Networks may not overlap: the cluster, or each namespace.
 	OverlapScope string
+	// AllocationGuards says which container keys a create guards: "all", or only the
+	// "recorded" prefix lengths' (allocator.Guards).
+	AllocationGuards string
 	// NetworkPools are the prefixes spec.prefixLength allocates from, in order.
 	NetworkPools []string
 	// AllocationVerifyInterval is how often the allocation invariant is verified.
@@ -126,6 +129,7 @@ func NewOptions(out io.Writer) *Options {
 		Controller:               agent.NewControllerOptions(),
 		NodeLifecycle:            true,
 		OverlapScope:             OverlapScopeCluster,
+		AllocationGuards:         AllocationGuardsAll,
 		NetworkPools:             append([]string(nil), DefaultNetworkPools...),
 		AllocationVerifyInterval: 10 * time.Minute,
 		BlockPrefixLengthV4:      blockstorage.DefaultBlockSizes.IPv4,
@@ -180,6 +184,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Namespace of the network-template ConfigMap; default the pod's namespace, else network-apiserver.")
 	fs.StringVar(&o.OverlapScope, "overlap-scope", o.OverlapScope,
 		"Where no two Networks may overlap: \"cluster\" (all namespaces) or \"namespace\" (each namespace on its own).")
+	fs.StringVar(&o.AllocationGuards, "allocation-guards", o.AllocationGuards,
+		"Which shorter prefixes a create guards against: \"all\" (every shorter length, as builds before the length "+
+			"record did; safe beside them) or \"recorded\" (only the lengths its scope's length record holds: fewer "+
+			"compares per create, but only once every replica runs a build that keeps the record, this one or later). "+
+			"Every build since the record keeps it in both modes.")
 	fs.DurationVar(&o.AllocationVerifyInterval, "allocation-verify-interval", o.AllocationVerifyInterval,
 		"How often the server checks that the allocations in etcd are exactly the stored Networks and that none overlap, "+
 			"reporting every violation in its log and metrics and fixing what is safe; also once at start.")
@@ -283,6 +292,9 @@ func (o *Options) Validate() error {
 	}
 	if o.OverlapScope != OverlapScopeCluster && o.OverlapScope != OverlapScopeNamespace {
 		errs = append(errs, fmt.Errorf("--overlap-scope %q must be %q or %q", o.OverlapScope, OverlapScopeCluster, OverlapScopeNamespace))
+	}
+	if o.AllocationGuards != AllocationGuardsAll && o.AllocationGuards != AllocationGuardsRecorded {
+		errs = append(errs, fmt.Errorf("--allocation-guards %q must be %q or %q", o.AllocationGuards, AllocationGuardsAll, AllocationGuardsRecorded))
 	}
 	if _, err := parsePools(o.NetworkPools); err != nil {
 		errs = append(errs, err)

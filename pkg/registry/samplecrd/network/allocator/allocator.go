@@ -138,6 +138,8 @@ type Allocator struct {
 	writing inflight
 	// scanner reads whole ranges (List, Scan).
 	scanner *etcdscan.Scanner
+	// lengths, when set, are the length records this allocator keeps (KeepLengths).
+	lengths *lengthRecords
 }
 
 // New returns an allocator storing its keys under root (for example "/registry/samplecrd.k8s.io/allocations").
@@ -343,10 +345,19 @@ func (a *Allocator) Rewrite(ctx context.Context, key string, keyModRevision int6
 	if want := a.Key(al.Scope, al.Prefix); want != key {
 		return false, fmt.Errorf("allocation of %s belongs at %s, not %s", al.Prefix, want, key)
 	}
-	resp, err := a.client.Txn(ctx).If(
+	cmps := []clientv3.Cmp{
 		clientv3.Compare(clientv3.ModRevision(key), "=", keyModRevision),
 		clientv3.Compare(clientv3.CreateRevision(objKey), "=", objCreateRevision),
-	).Then(clientv3.OpPut(key, Value(al))).Commit()
+	}
+	ops := []clientv3.Op{clientv3.OpPut(key, Value(al))}
+	// The rewritten prefix's length must be recorded like a create's (lengths.go).
+	if a.lengths != nil && !al.Within.IsValid() {
+		record := a.lengths.prefix(al.Scope, al.Prefix)
+		if !a.lengths.get(record).set.has(al.Prefix.Bits()) {
+			ops = append(ops, clientv3.OpPut(lengthKey(record, al.Prefix.Bits()), ""))
+		}
+	}
+	resp, err := a.client.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return false, err
 	}

@@ -47,8 +47,41 @@ func create(ctx context.Context, a *Allocator, cidr, name string) error {
 	return err
 }
 
+// guardModes are the allocators a test of the guarantee runs with: without length records (the
+// blocks' allocator, builds before the records), keeping them but guarding every length, and
+// trusting them.
+var guardModes = []struct {
+	name string
+	new  func(*clientv3.Client) *Allocator
+}{
+	{"no-records", func(c *clientv3.Client) *Allocator { return New(c, "/alloc") }},
+	{"guards-all", func(c *clientv3.Client) *Allocator { return New(c, "/alloc").KeepLengths("/lengths", GuardsAll) }},
+	{"guards-recorded", trustingAllocator},
+}
+
+// trustingAllocator is an allocator in GuardsRecorded mode after its first verification (an
+// empty one: nothing is stored yet when a test starts), so that it trusts the records.
+func trustingAllocator(c *clientv3.Client) *Allocator {
+	a := New(c, "/alloc").KeepLengths("/lengths", GuardsRecorded)
+	if _, err := a.RecordLengths(context.Background(), func(func(string, netip.Prefix) bool) {}); err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// inEachGuardMode runs test once per guardModes entry, each on its own etcd.
+func inEachGuardMode(t *testing.T, test func(t *testing.T, newAllocator func(*clientv3.Client) *Allocator)) {
+	for _, m := range guardModes {
+		t.Run(m.name, func(t *testing.T) { test(t, m.new) })
+	}
+}
+
 func TestCreateRejectsOverlapsBothWays(t *testing.T) {
-	a := New(startEtcd(t), "/alloc")
+	inEachGuardMode(t, testCreateRejectsOverlapsBothWays)
+}
+
+func testCreateRejectsOverlapsBothWays(t *testing.T, newAllocator func(*clientv3.Client) *Allocator) {
+	a := newAllocator(startEtcd(t))
 	ctx := context.Background()
 	mustCreate := func(cidr, name string) {
 		t.Helper()
@@ -195,7 +228,14 @@ func TestDeleteRemovesObjectAndOnlyItsOwnAllocation(t *testing.T) {
 }
 
 func TestRacingCreatesStayDisjoint(t *testing.T) {
-	a := New(startEtcd(t), "/alloc")
+	inEachGuardMode(t, testRacingCreatesStayDisjoint)
+}
+
+func testRacingCreatesStayDisjoint(t *testing.T, newAllocator func(*clientv3.Client) *Allocator) {
+	c := startEtcd(t)
+	// Three allocators (replicas: each with its own guesses and length records) on one etcd.
+	replicas := []*Allocator{newAllocator(c), newAllocator(c), newAllocator(c)}
+	a := replicas[0]
 	// 20 workers race 200 creates of /16, /20 and /24 prefixes over 10.0.0.0/12, many overlapping.
 	var prefixes []netip.Prefix
 	for i := range 200 {
@@ -210,7 +250,7 @@ func TestRacingCreatesStayDisjoint(t *testing.T) {
 	for range 20 {
 		wg.Go(func() {
 			for i := range work {
-				err := create(context.Background(), a, prefixes[i].String(), fmt.Sprint("n", i))
+				err := create(context.Background(), replicas[i%len(replicas)], prefixes[i].String(), fmt.Sprint("n", i))
 				var overlap *OverlapError
 				switch {
 				case err == nil:
@@ -405,8 +445,12 @@ func TestRepairWritesAreGuarded(t *testing.T) {
 // What an allocator remembers of a key is only a guess for its guard: a replica that changed the
 // key meanwhile makes the guess fail, never lets an overlap through.
 func TestStaleGuessesNeverLetAnOverlapThrough(t *testing.T) {
+	inEachGuardMode(t, testStaleGuessesNeverLetAnOverlapThrough)
+}
+
+func testStaleGuessesNeverLetAnOverlapThrough(t *testing.T, newAllocator func(*clientv3.Client) *Allocator) {
 	c := startEtcd(t)
-	a1, a2 := New(c, "/alloc"), New(c, "/alloc")
+	a1, a2 := newAllocator(c), newAllocator(c)
 	ctx := context.Background()
 	small := alloc("10.4.0.0/24", "small")
 	rev, err := a1.Create(ctx, "/obj/small", "small", small)

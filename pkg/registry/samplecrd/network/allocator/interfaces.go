@@ -18,6 +18,7 @@ package allocator
 
 import (
 	"context"
+	"iter"
 	"net/netip"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -49,6 +50,7 @@ type RepairInterface interface {
 	Restore(ctx context.Context, objKey string, objCreateRevision int64, al Allocation) error
 	Rewrite(ctx context.Context, key string, keyModRevision int64, objKey string, objCreateRevision int64, al Allocation) (bool, error)
 	Remove(ctx context.Context, key string, modRevision int64) (bool, error)
+	RecordLengths(ctx context.Context, prefixes iter.Seq2[string, netip.Prefix]) ([]LengthFinding, error)
 }
 
 var (

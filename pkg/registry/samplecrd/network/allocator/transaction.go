@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -127,6 +128,9 @@ type span struct {
 	// containers are the keys at which an allocation containing the prefix (and starting below
 	// it) would be stored.
 	containers []string
+	// lengths are, for each container key, the prefix lengths stored there that would contain
+	// the prefix.
+	lengths []lengthSet
 }
 
 // spanOf returns the guard keys of p in scope: the range of keys starting inside p (its own
@@ -151,10 +155,28 @@ func (a *Allocator) spanWithin(scope string, p, within netip.Prefix) span {
 		q, _ := p.Addr().Prefix(bits)
 		if q.Addr() != prev {
 			s.containers = append(s.containers, a.Key(scope, q))
+			s.lengths = append(s.lengths, lengthSet{})
 			prev = q.Addr()
+		}
+		if len(s.lengths) > 0 {
+			s.lengths[len(s.lengths)-1].add(bits)
 		}
 	}
 	return s
+}
+
+// guarded says whether container i must be guarded when only the lengths in recorded can be
+// stored (nil: any length).
+func (s span) guarded(i int, recorded *lengthSet) bool {
+	if recorded == nil {
+		return true
+	}
+	for w := range s.lengths[i] {
+		if s.lengths[i][w]&recorded[w] != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // reads are the reads that tell whether p is free: the first key inside it and the containers.
@@ -210,14 +232,46 @@ func (a *Allocator) overlapWith(al Allocation, kv *mvccpb.KeyValue) error {
 // container keys from what this allocator last saw of them (absent when it saw nothing), after
 // waiting for its own writes at them (see inflight), which is right almost always and then
 // costs one round trip in all.
+//
+// With a length record (KeepLengths; not for allocations bounded by Within, whose guards are
+// few), the transaction creates al's length key when the record lacks it, and in GuardsRecorded
+// mode guards only the container keys of the recorded lengths, comparing that no length key was
+// created since the record was read (lengths.go). The else branch reads every container key and
+// the record, so one lost attempt tells all. A write whose reads would exceed etcd's
+// --max-txn-ops with the record's (a /126 with 126 container keys) guards every length.
 func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
 	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
 	s := a.spanWithin(al.Scope, al.Prefix, al.Within)
 	ops = append(ops, clientv3.OpPut(s.key, Value(al)))
 	elseOps := append(append([]clientv3.Op(nil), probes...), s.reads()...)
+	var record string // the length record's key prefix; empty without one
+	trusting := false
+	if a.lengths != nil && !al.Within.IsValid() {
+		record = a.lengths.prefix(al.Scope, al.Prefix)
+		if len(elseOps) < maxTxnOps {
+			elseOps = append(elseOps, clientv3.OpGet(record, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+			trusting = a.lengths.trusted()
+		}
+	}
+	bits := al.Prefix.Bits()
+	// recorded is the record as last read, and the lengths an attempt guards (nil: all).
+	recorded := func() (lengthRecord, *lengthSet) {
+		if record == "" {
+			return lengthRecord{}, nil
+		}
+		rec := a.lengths.get(record)
+		if !trusting {
+			return rec, nil
+		}
+		return rec, &rec.set
+	}
 	defer a.writing.begin(s.key, al.Prefix)()
 	revs := make([]int64, len(s.containers))
+	_, first := recorded()
 	for i, k := range s.containers {
+		if !s.guarded(i, first) {
+			continue
+		}
 		if done := a.writing.beside(k, al.Prefix); done != nil {
 			select {
 			case <-done:
@@ -229,20 +283,36 @@ func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clie
 	}
 	for range maxAttempts {
 		guards := append(append([]clientv3.Cmp(nil), cmps...), clientv3.Compare(clientv3.Version(s.key).WithRange(s.end), "=", 0))
+		rec, guarded := recorded()
+		unguarded := false
 		for i, k := range s.containers {
-			if revs[i] == 0 {
+			switch {
+			case !s.guarded(i, guarded):
+				unguarded = true
+			case revs[i] == 0:
 				guards = append(guards, clientv3.Compare(clientv3.Version(k), "=", 0))
-			} else {
+			default:
 				guards = append(guards, clientv3.Compare(clientv3.ModRevision(k), "=", revs[i]))
 			}
 		}
-		resp, err := a.client.Txn(ctx).If(guards...).Then(ops...).Else(elseOps...).Commit()
+		if unguarded {
+			guards = append(guards, noLengthSince(record, rec.readAt))
+		}
+		then := ops
+		adds := record != "" && !rec.set.has(bits)
+		if adds {
+			then = append(slices.Clip(ops), clientv3.OpPut(lengthKey(record, bits), ""))
+		}
+		resp, err := a.client.Txn(ctx).If(guards...).Then(then...).Else(elseOps...).Commit()
 		if err != nil {
 			return 0, err
 		}
 		if resp.Succeeded {
 			guardedWrites.WithLabelValues("committed").Inc()
 			a.seen.set(s.key, resp.Header.Revision, al.Prefix)
+			if adds {
+				a.lengths.added(record, bits, rec.readAt, resp.Header.Revision, unguarded)
+			}
 			return resp.Header.Revision, nil
 		}
 		guardedWrites.WithLabelValues("lost").Inc()
@@ -255,6 +325,9 @@ func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clie
 		}
 		for i, k := range s.containers {
 			a.seen.set(k, revs[i], found[i])
+		}
+		if len(resp.Responses) > len(probes)+1+len(s.containers) {
+			a.lengths.read(record, resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs, al.Prefix.Addr().Is4(), resp.Header.Revision)
 		}
 	}
 	return 0, fmt.Errorf("writing the allocation of %s: gave up after %d attempts lost to concurrent writes beside it", al.Prefix, maxAttempts)

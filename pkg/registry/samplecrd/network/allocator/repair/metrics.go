@@ -33,7 +33,7 @@ var (
 	repairs = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      "network_allocation",
 		Name:           "repairs_total",
-		Help:           "Allocations the verifier fixed, by action (restored, rewritten, removed).",
+		Help:           "Allocations the verifier fixed, by action (restored, rewritten, removed; lengthsRecorded: a length record completed).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"action"})
 	verifications = metrics.NewCounterVec(&metrics.CounterOpts{

@@ -172,6 +172,11 @@ const (
 	ViolationMismatch = "mismatch"
 	// ViolationInvalid: a stored Network without a canonical prefix, or an undecodable one.
 	ViolationInvalid = "invalid"
+	// ViolationUnrecordedLength: a stored Network's prefix length missing from its scope's
+	// length record while creates trust the record (--allocation-guards=recorded); a replica of
+	// a build that does not keep the record runs beside this one, or something wrote etcd around
+	// the API.
+	ViolationUnrecordedLength = "unrecordedLength"
 )
 
 // Violation is one break of the invariant: each allocation key is the allocation of one stored
@@ -261,7 +266,8 @@ func (r *Repair) Verify(ctx context.Context) (Verification, error) {
 	if err != nil {
 		return v, err
 	}
-	for _, kind := range append([]string{ViolationOverlap, ViolationOrphan, ViolationMissing, ViolationMismatch, ViolationInvalid}, append(blockKinds, vniKinds...)...) {
+	for _, kind := range append([]string{ViolationOverlap, ViolationOrphan, ViolationMissing, ViolationMismatch, ViolationInvalid,
+		ViolationUnrecordedLength}, append(blockKinds, vniKinds...)...) {
 		violations.WithLabelValues(kind).Set(float64(v.Count(kind)))
 	}
 	for _, x := range v.Violations {
@@ -466,6 +472,34 @@ func (r *Repair) check(ctx context.Context, v *Verification, rev int64, networks
 	}
 	for _, pair := range overlappingPairs(r.scoping, networks) {
 		report(ViolationOverlap, false, "networks %s and %s overlap", pair[0], pair[1])
+	}
+	return r.checkLengths(ctx, report, networks)
+}
+
+// checkLengths makes the length records hold every stored Network's prefix length
+// (allocator.RecordLengths). A length missing while creates trust the records is a violation;
+// while they do not (--allocation-guards=all, a rolling upgrade from a build that keeps no
+// records) it is the older replicas' creates, recorded without a report.
+func (r *Repair) checkLengths(ctx context.Context, report func(kind string, fixed bool, format string, args ...any), networks []etcdNetwork) error {
+	findings, err := r.allocator.RecordLengths(ctx, func(yield func(string, netip.Prefix) bool) {
+		for _, sn := range networks {
+			if al, ok := r.scoping.AllocationFor(sn.Owner, sn.cidr); ok && !yield(al.Scope, al.Prefix) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for _, f := range findings {
+		if f.Fixed {
+			repairs.WithLabelValues("lengthsRecorded").Inc()
+		}
+		if f.Trusted {
+			report(ViolationUnrecordedLength, f.Fixed, "length record %s lacks the stored prefix lengths %v%s", f.Record, f.Missing, outcome(f.Err))
+		} else {
+			klog.InfoS("Recorded prefix lengths stored by replicas that keep no length record", "record", f.Record, "lengths", f.Missing, "recorded", f.Fixed, "err", f.Err)
+		}
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ package repair
 import (
 	"context"
 	"encoding/json"
+	"iter"
 	"net/netip"
 	"slices"
 	"strings"
@@ -49,6 +50,9 @@ type fakeAllocations struct {
 	writesInStream int
 	// trusted and valuesRead count the keys EachTrusting handed out without and with values.
 	trusted, valuesRead int
+	// lengthsAsked are the prefixes RecordLengths was handed; lengthFindings what it returns.
+	lengthsAsked   []string
+	lengthFindings []allocator.LengthFinding
 }
 
 var _ allocator.RepairInterface = &fakeAllocations{}
@@ -148,6 +152,14 @@ func (f *fakeAllocations) Rewrite(_ context.Context, key string, _ int64, _ stri
 	return true, nil
 }
 
+func (f *fakeAllocations) RecordLengths(_ context.Context, prefixes iter.Seq2[string, netip.Prefix]) ([]allocator.LengthFinding, error) {
+	f.wrote()
+	for scope, p := range prefixes {
+		f.lengthsAsked = append(f.lengthsAsked, scope+" "+p.String())
+	}
+	return f.lengthFindings, nil
+}
+
 func (f *fakeAllocations) Remove(_ context.Context, key string, _ int64) (bool, error) {
 	f.wrote()
 	f.removed = append(f.removed, key)
@@ -216,6 +228,38 @@ func TestVerifyWithExplicitInputs(t *testing.T) {
 		!slices.Equal(f.rewrote, []string{"/alloc/_cluster/10.2.0.0/24"}) ||
 		!slices.Equal(f.removed, []string{"/alloc/_cluster/10.9.0.0/24"}) {
 		t.Errorf("restored %v, rewrote %v, removed %v; want the missing, the renamed and the gone one's", f.restored, f.rewrote, f.removed)
+	}
+}
+
+// Every pass hands the allocator each stored Network's scope and prefix for the length records
+// (after the stream); a length missing where creates trust the record is a violation, one a
+// replica of an older build stored (creates guard every length) is not.
+func TestVerifyRecordsTheLengthsStored(t *testing.T) {
+	f := &fakeAllocations{lengthFindings: []allocator.LengthFinding{
+		{Record: "/lengths/_cluster/4/", Missing: []int{16}, Fixed: true, Trusted: true},
+		{Record: "/lengths/team-a/4/", Missing: []int{24}, Fixed: true},
+	}}
+	f.stores(t, "a", "a", "10.0.0.0/24")
+	f.stores(t, "b", "b", "10.3.0.0/16")
+	f.stores(t, "bad", "bad", "10.4.0.1/24")
+	f.stored = []allocator.Stored{allocation("a", "a", "10.0.0.0/24"), allocation("b", "b", "10.3.0.0/16")}
+	v, err := New(f, allocator.Scoping{}, "/networks/", decodeJSON).Verify(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"_cluster 10.0.0.0/24", "_cluster 10.3.0.0/16"}; !slices.Equal(f.lengthsAsked, want) {
+		t.Errorf("lengths asked for %v, want %v", f.lengthsAsked, want)
+	}
+	if f.writesInStream != 0 {
+		t.Errorf("%d writes while the allocations were streamed", f.writesInStream)
+	}
+	if v.Count(ViolationUnrecordedLength) != 1 || len(v.Violations) != 2 { // and the invalid Network
+		t.Fatalf("violations %+v, want one unrecordedLength (and bad's invalid prefix)", v.Violations)
+	}
+	for _, x := range v.Violations {
+		if x.Kind == ViolationUnrecordedLength && (!x.Fixed || !strings.Contains(x.Detail, "/lengths/_cluster/4/ lacks the stored prefix lengths [16]")) {
+			t.Errorf("violation %+v, want fixed, naming the record and the length", x)
+		}
 	}
 }
 
