@@ -124,6 +124,8 @@ func invariantCheck(what string) string {
 		return checkInvariant + "/network-without-allocation"
 	case strings.HasPrefix(what, "allocation "):
 		return checkInvariant + "/allocation-mismatch"
+	case strings.Contains(what, "its length is not recorded"):
+		return checkInvariant + "/unrecorded-length"
 	}
 	return checkInvariant + "/other"
 }

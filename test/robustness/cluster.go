@@ -95,6 +95,9 @@ func startCluster(ctx context.Context, dir, bin string, sc scenario) (*cluster, 
 		args := []string{filepath.Join(bin, "network-apiserver"), "--data-dir", r.dataDir,
 			"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[i]), "--controllers=false",
 			"--overlap-scope", sc.OverlapScope, "-v", "1"}
+		if sc.Guards != "" {
+			args = append(args, "--allocation-guards", sc.Guards)
+		}
 		if sc.Embedded {
 			// A fixed client port, so that the suite's etcd client finds it again after a restart.
 			args = append(args, "--embedded-etcd-port", strconv.Itoa(ports[n]))

@@ -57,6 +57,9 @@ type layout struct {
 	// Blocks: the servers keep blocks, gateway keys and VNIs (every Network must have its
 	// gateway key and VNI keys). Runs kept before blocks existed replay without it.
 	Blocks bool `json:"blocks,omitempty"`
+	// Lengths: the servers keep length records (<prefix>/allocation-lengths/<scope>/<family>/<length>),
+	// which must hold every stored Network's prefix length at every revision.
+	Lengths bool `json:"lengths,omitempty"`
 }
 
 var decoder = apiserver.Codecs.UniversalDeserializer()
@@ -70,6 +73,8 @@ func (l layout) classify(key string) (kind, ns, name string) {
 	switch {
 	case strings.HasPrefix(rest, "allocations/"):
 		return "allocation", "", ""
+	case strings.HasPrefix(rest, "allocation-lengths/"):
+		return "length", "", ""
 	case strings.HasPrefix(rest, "blocks/"):
 		return "block", "", ""
 	case strings.HasPrefix(rest, "segments/"):
@@ -129,6 +134,15 @@ func (l layout) allocationKey(ns string, p netip.Prefix) string {
 	return l.Prefix + "/allocations/" + l.scope(ns) + "/" + family + "/" + hex.EncodeToString(p.Addr().AsSlice())
 }
 
+// lengthKey is the key that records the length of prefix p in namespace ns's scope.
+func (l layout) lengthKey(ns string, p netip.Prefix) string {
+	family := "6"
+	if p.Addr().Is4() {
+		family = "4"
+	}
+	return fmt.Sprintf("%s/allocation-lengths/%s/%s/%d", l.Prefix, l.scope(ns), family, p.Bits())
+}
+
 // state is the content of the prefix at one revision.
 type state struct {
 	networks    map[string]network // by etcd key
@@ -136,11 +150,12 @@ type state struct {
 	blocks      map[string]blockKeyValue // <prefix>/blocks/<uid>/<family>/<hex>: block and gateway keys
 	blockObjs   map[string]blockObject   // BlockAllocations, by etcd key
 	segments    map[string]string        // <prefix>/segments/{vni,uid}/...
+	lengths     map[string]bool          // <prefix>/allocation-lengths/<scope>/<family>/<length>
 }
 
 func newState() *state {
 	return &state{networks: map[string]network{}, allocations: map[string][]byte{}, blocks: map[string]blockKeyValue{},
-		blockObjs: map[string]blockObject{}, segments: map[string]string{}}
+		blockObjs: map[string]blockObject{}, segments: map[string]string{}, lengths: map[string]bool{}}
 }
 
 // violations lists what breaks the invariant in s: every Network has exactly its allocation
@@ -189,6 +204,9 @@ func (l layout) violations(s *state) []string {
 		}
 		sc := l.scope(n.Namespace)
 		byScope[sc] = append(byScope[sc], placed{key: key, p: p, n: n})
+		if lkey := l.lengthKey(n.Namespace, p); l.Lengths && !s.lengths[lkey] {
+			out = append(out, fmt.Sprintf("network %s/%s %s (uid %s): its length is not recorded (no key %s)", n.Namespace, n.Name, n.CIDR, n.UID, lkey))
+		}
 	}
 	for akey, raw := range s.allocations {
 		if _, ok := expected[akey]; !ok {
@@ -306,6 +324,12 @@ func replayHistory(l layout, events []kvEvent) *replay {
 					}
 				}
 				r.maxBlockKeys = max(r.maxBlockKeys, len(s.blocks))
+			case "length":
+				if e.Delete {
+					delete(s.lengths, e.Key)
+				} else {
+					s.lengths[e.Key] = true
+				}
 			case "segment":
 				if e.Delete {
 					delete(s.segments, e.Key)

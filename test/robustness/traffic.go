@@ -115,7 +115,10 @@ var defaultTraffic = trafficConfig{
 	CIDRs: []string{
 		"10.1.0.0/16", "10.1.0.0/24", "10.1.1.0/24", "10.1.255.0/24", "10.1.4.0/22",
 		"10.2.0.0/24", "10.2.0.0/23", "10.2.1.0/24",
-		"fd01::/48", "fd01::/64", "fd01:0:0:1::/64", "fd02::/64",
+		// Lengths of their own, each new to the length record when its first create races the
+		// others: a /18 over the /22, a /26 inside it, a /20 over 10.2.0.0/23.
+		"10.1.0.0/18", "10.1.4.0/26", "10.2.0.0/20",
+		"fd01::/48", "fd01::/64", "fd01:0:0:1::/64", "fd02::/64", "fd01::/56",
 	},
 	Nodes: []string{"n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"},
 }

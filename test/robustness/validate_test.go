@@ -182,6 +182,31 @@ func TestInvariantCatches(t *testing.T) {
 		"invariant/network-without-allocation@2..2", "invariant/orphan-allocation@2..2")
 }
 
+// With length records, each Network's prefix length must be recorded at every revision: in the
+// create's own transaction, or earlier; deletes leave the key.
+func TestInvariantLengthRecord(t *testing.T) {
+	l := layout{Prefix: etcdPrefix, Lengths: true}
+	length := func(rev int64, ns, cidr string) kvEvent {
+		return kvEvent{Rev: rev, Key: l.lengthKey(ns, netip.MustParsePrefix(cidr))}
+	}
+	if got := l.lengthKey("a", netip.MustParsePrefix("fd01::/56")); got != etcdPrefix+"/allocation-lengths/_cluster/6/56" {
+		t.Errorf("length key %s", got)
+	}
+	wantViolations(t, replayHistory(l, join(
+		create(t, l, 2, "a", "x", "u1", "10.1.0.0/24"), []kvEvent{length(2, "a", "10.1.0.0/24")},
+		create(t, l, 3, "a", "y", "u2", "10.2.0.0/24"), // the length is there already
+		remove(l, 4, "a", "x", "10.1.0.0/24"),
+		remove(l, 5, "a", "y", "10.2.0.0/24"),
+		create(t, l, 6, "a", "x", "u3", "10.1.0.0/24"),
+	)))
+	wantViolations(t, replayHistory(l, join(
+		create(t, l, 2, "a", "x", "u1", "10.1.0.0/24"), []kvEvent{length(2, "a", "10.1.0.0/24")},
+		create(t, l, 3, "a", "w", "u2", "10.8.0.0/16"), // no key for 16 until 5
+		[]kvEvent{length(5, "a", "10.8.0.0/16")},
+		[]kvEvent{{Rev: 6, Key: length(6, "a", "10.1.0.0/24").Key, Delete: true}},
+	)), "invariant/unrecorded-length@3..4", "invariant/unrecorded-length@6..6")
+}
+
 func ms(s int) int64 { return time.Unix(1000, 0).Add(time.Duration(s) * time.Millisecond).UnixNano() }
 
 func TestOperationChecks(t *testing.T) {
