@@ -51,7 +51,14 @@ func oldBinary(t *testing.T) string {
 	if commit == "" {
 		commit = oldRelease
 	}
-	dir := filepath.Join(repoRoot, "_output", "upgrade", "old")
+	return binaryAt(t, commit, "old")
+}
+
+// binaryAt returns network-apiserver built from commit, building it once into
+// _output/upgrade/<dir> (kept, with the commit it was built from, for the next runs).
+func binaryAt(t *testing.T, commit, dir string) string {
+	t.Helper()
+	dir = filepath.Join(repoRoot, "_output", "upgrade", dir)
 	bin, stamp := filepath.Join(dir, "network-apiserver"), filepath.Join(dir, "commit")
 	if got, err := os.ReadFile(stamp); err == nil && strings.TrimSpace(string(got)) == commit {
 		if _, err := os.Stat(bin); err == nil {
