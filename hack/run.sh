@@ -32,7 +32,9 @@ DEMO_NETNS=${DEMO_NETNS:-network-apiserver-demo}
 UNSAFE_HOST_NETWORK=${UNSAFE_HOST_NETWORK:-}
 
 read -r -a extra <<<"${CONTROLLER_FLAGS}"
-args=(--data-dir "${DATA_DIR}" --bind-address 127.0.0.1 --secure-port "${PORT}")
+# One server, started on its own: no replica of an older build writes beside it, so creates may
+# trust the length records (docs/allocation.md, "The length record").
+args=(--data-dir "${DATA_DIR}" --bind-address 127.0.0.1 --secure-port "${PORT}" --allocation-guards=recorded)
 
 # has_cap N: whether this shell's effective capability set holds capability number N.
 has_cap() {
