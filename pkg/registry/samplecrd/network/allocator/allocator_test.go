@@ -33,7 +33,7 @@ import (
 )
 
 // startEtcd runs a real one-member etcd on a free loopback port for the test.
-func startEtcd(t *testing.T) *clientv3.Client { return etcdtest.StartClient(t) }
+func startEtcd(t testing.TB) *clientv3.Client { return etcdtest.StartClient(t) }
 
 func owner(name string) Owner { return Owner{Namespace: "ns", Name: name, UID: "uid-" + name} }
 
