@@ -207,8 +207,10 @@ type LengthFinding struct {
 	Fixed bool
 	// Err is why it was not fixed.
 	Err error
-	// Trusted says creates trust the record (GuardsRecorded): a missing length is a violation.
-	// Otherwise it is what a replica of a build that does not keep the record stored.
+	// Trusted says creates trusted the records when this one was found lacking (GuardsRecorded,
+	// after an earlier call made them complete): a missing length is a violation. Otherwise it is
+	// what a replica of a build that does not keep the record stored, beside this one or before
+	// this process started.
 	Trusted bool
 }
 
@@ -225,6 +227,7 @@ func (a *Allocator) RecordLengths(ctx context.Context, prefixes iter.Seq2[string
 		is4       bool
 		set, have lengthSet
 	}
+	trusted := a.lengths.trusted()
 	wanted := map[string]*want{}
 	for scope, p := range prefixes {
 		prefix := a.lengths.prefix(scope, p)
@@ -254,7 +257,7 @@ func (a *Allocator) RecordLengths(ctx context.Context, prefixes iter.Seq2[string
 		if missing == (lengthSet{}) {
 			continue
 		}
-		f := LengthFinding{Record: prefix, Missing: missing.Lengths(), Trusted: a.lengths.guard == GuardsRecorded}
+		f := LengthFinding{Record: prefix, Missing: missing.Lengths(), Trusted: trusted}
 		var puts []clientv3.Op
 		for _, b := range f.Missing {
 			puts = append(puts, clientv3.OpPut(lengthKey(prefix, b), ""))

@@ -173,9 +173,9 @@ const (
 	// ViolationInvalid: a stored Network without a canonical prefix, or an undecodable one.
 	ViolationInvalid = "invalid"
 	// ViolationUnrecordedLength: a stored Network's prefix length missing from its scope's
-	// length record while creates trust the record (--allocation-guards=recorded); a replica of
-	// a build that does not keep the record runs beside this one, or something wrote etcd around
-	// the API.
+	// length record while creates trust the record (--allocation-guards=recorded, after this
+	// process's first verification); a replica of a build that does not keep the record runs
+	// beside this one, or something wrote etcd around the API.
 	ViolationUnrecordedLength = "unrecordedLength"
 )
 
@@ -478,8 +478,9 @@ func (r *Repair) check(ctx context.Context, v *Verification, rev int64, networks
 
 // checkLengths makes the length records hold every stored Network's prefix length
 // (allocator.RecordLengths). A length missing while creates trust the records is a violation;
-// while they do not (--allocation-guards=all, a rolling upgrade from a build that keeps no
-// records) it is the older replicas' creates, recorded without a report.
+// while they do not (--allocation-guards=all during a rolling upgrade from a build that keeps no
+// records, or the first verification of a process) it is older builds' creates, recorded
+// without a report.
 func (r *Repair) checkLengths(ctx context.Context, report func(kind string, fixed bool, format string, args ...any), networks []etcdNetwork) error {
 	findings, err := r.allocator.RecordLengths(ctx, func(yield func(string, netip.Prefix) bool) {
 		for _, sn := range networks {
