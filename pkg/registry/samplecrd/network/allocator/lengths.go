@@ -47,11 +47,11 @@ import (
 // grows (deletes leave it); a length no longer stored costs only its guard.
 //
 // Guards trust the record only in GuardsRecorded mode, and only once the verifier has recorded
-// every length stored when this process started (RecordLengths): a replica of an earlier build neither
-// reads nor writes it, and could store a containing prefix of an unrecorded length beside a
-// replica that trusts the record. GuardsAll keeps the record (creates the length keys) but
-// guards every container key, as earlier builds do; it is safe beside them, and GuardsRecorded
-// is safe beside it (docs/allocation.md, "The length record").
+// every length stored when this process started (RecordLengths). A replica of an earlier build
+// neither reads nor writes the record, and could store a containing prefix of an unrecorded
+// length beside a replica that trusts it. GuardsAll keeps the record (creates the length keys)
+// but guards every container key, as earlier builds do; it is safe beside them, and
+// GuardsRecorded is safe beside it (docs/allocation.md, "The length record").
 
 // Guards says which container keys a create guards.
 type Guards int
