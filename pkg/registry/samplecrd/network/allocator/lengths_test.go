@@ -24,7 +24,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -257,37 +256,7 @@ func TestNewLengthsRacingStayDisjoint(t *testing.T) {
 				addr := netip.AddrFrom4([4]byte{10, byte(rng.IntN(16)), byte(rng.IntN(256)), byte(rng.IntN(256))})
 				prefixes = append(prefixes, netip.PrefixFrom(addr, bits).Masked())
 			}
-			var mu sync.Mutex
-			var won []netip.Prefix
-			var wg sync.WaitGroup
-			work := make(chan int)
-			for w := range 24 {
-				wg.Go(func() {
-					for i := range work {
-						err := create(context.Background(), replicas[w%len(replicas)], prefixes[i].String(), fmt.Sprint("n", i))
-						switch {
-						case err == nil:
-							mu.Lock()
-							won = append(won, prefixes[i])
-							mu.Unlock()
-						case !errors.As(err, new(*OverlapError)) && !errors.Is(err, ErrObjectExists):
-							t.Errorf("create %s: %v", prefixes[i], err)
-						}
-					}
-				})
-			}
-			for i := range prefixes {
-				work <- i
-			}
-			close(work)
-			wg.Wait()
-			for i := range won {
-				for j := i + 1; j < len(won); j++ {
-					if won[i].Overlaps(won[j]) {
-						t.Fatalf("both %s and %s were created", won[i], won[j])
-					}
-				}
-			}
+			won := raceCreates(t, replicas, prefixes, 24)
 			var lengths []string
 			for _, p := range won {
 				if k := fmt.Sprintf("_cluster/4/%d", p.Bits()); !slices.Contains(lengths, k) {
