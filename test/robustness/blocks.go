@@ -108,11 +108,7 @@ type blockRecord struct {
 
 // blockKey is where a block (or gateway) p of the Network with UID uid is stored.
 func (l layout) blockKey(uid string, p netip.Prefix) string {
-	family := "6"
-	if p.Addr().Is4() {
-		family = "4"
-	}
-	return l.Prefix + "/blocks/" + uid + "/" + family + "/" + hex.EncodeToString(p.Masked().Addr().AsSlice())
+	return l.Prefix + "/blocks/" + uid + "/" + family(p) + "/" + hex.EncodeToString(p.Masked().Addr().AsSlice())
 }
 
 func (l layout) vniKey(v int64) string       { return fmt.Sprintf("%s/segments/vni/%08d", l.Prefix, v) }

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -125,22 +126,22 @@ func (l layout) scope(ns string) string {
 	return "_cluster"
 }
 
+// family is the part of an allocation or length key that names p's address family.
+func family(p netip.Prefix) string {
+	if p.Addr().Is4() {
+		return "4"
+	}
+	return "6"
+}
+
 // allocationKey is the key the allocation of prefix p in namespace ns must have.
 func (l layout) allocationKey(ns string, p netip.Prefix) string {
-	family := "6"
-	if p.Addr().Is4() {
-		family = "4"
-	}
-	return l.Prefix + "/allocations/" + l.scope(ns) + "/" + family + "/" + hex.EncodeToString(p.Addr().AsSlice())
+	return l.Prefix + "/allocations/" + l.scope(ns) + "/" + family(p) + "/" + hex.EncodeToString(p.Addr().AsSlice())
 }
 
 // lengthKey is the key that records the length of prefix p in namespace ns's scope.
 func (l layout) lengthKey(ns string, p netip.Prefix) string {
-	family := "6"
-	if p.Addr().Is4() {
-		family = "4"
-	}
-	return fmt.Sprintf("%s/allocation-lengths/%s/%s/%d", l.Prefix, l.scope(ns), family, p.Bits())
+	return l.Prefix + "/allocation-lengths/" + l.scope(ns) + "/" + family(p) + "/" + strconv.Itoa(p.Bits())
 }
 
 // state is the content of the prefix at one revision.
@@ -204,8 +205,8 @@ func (l layout) violations(s *state) []string {
 		}
 		sc := l.scope(n.Namespace)
 		byScope[sc] = append(byScope[sc], placed{key: key, p: p, n: n})
-		if lkey := l.lengthKey(n.Namespace, p); l.Lengths && !s.lengths[lkey] {
-			out = append(out, fmt.Sprintf("network %s/%s %s (uid %s): its length is not recorded (no key %s)", n.Namespace, n.Name, n.CIDR, n.UID, lkey))
+		if l.Lengths && !s.lengths[l.lengthKey(n.Namespace, p)] {
+			out = append(out, fmt.Sprintf("network %s/%s %s (uid %s): its length is not recorded (no key %s)", n.Namespace, n.Name, n.CIDR, n.UID, l.lengthKey(n.Namespace, p)))
 		}
 	}
 	for akey, raw := range s.allocations {

@@ -245,12 +245,13 @@ func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clie
 	ops = append(ops, clientv3.OpPut(s.key, Value(al)))
 	elseOps := append(append([]clientv3.Op(nil), probes...), s.reads()...)
 	var record string // the length record's key prefix; empty without one
-	trusting := false
+	// recordRead: the else branch reads the record last; only then may the guards trust it.
+	recordRead, trusting := false, false
 	if a.lengths != nil && !al.Within.IsValid() {
 		record = a.lengths.prefix(al.Scope, al.Prefix)
 		if len(elseOps) < maxTxnOps {
 			elseOps = append(elseOps, clientv3.OpGet(record, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
-			trusting = a.lengths.trusted()
+			recordRead, trusting = true, a.lengths.trusted()
 		}
 	}
 	bits := al.Prefix.Bits()
@@ -326,7 +327,7 @@ func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clie
 		for i, k := range s.containers {
 			a.seen.set(k, revs[i], found[i])
 		}
-		if len(resp.Responses) > len(probes)+1+len(s.containers) {
+		if recordRead {
 			a.lengths.read(record, resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs, al.Prefix.Addr().Is4(), resp.Header.Revision)
 		}
 	}
