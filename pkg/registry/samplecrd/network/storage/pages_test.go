@@ -277,29 +277,33 @@ func TestContinuePageErrors(t *testing.T) {
 // a continue page the cache hands on (ListFromCacheSnapshot off) is read by the paging store
 // and equals the etcd3 store's; with ListFromCacheSnapshot on the cache serves it from its
 // snapshot. With the watch cache off the storage is the paging store itself.
+// beneath builds the Network storage as the server does (pagedBeneath around decorate) over the
+// fixture's etcd, and waits until it is ready.
+func (f *pagesFixture) beneath(t *testing.T, decorate generic.StorageDecorator) storage.Interface {
+	t.Helper()
+	keyFunc := func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/networks/", obj) }
+	s, destroy, err := pagedBeneath(decorate, f.scanner)(f.forResource, "/networks", keyFunc,
+		func() runtime.Object { return &samplecrd.Network{} }, func() runtime.Object { return &samplecrd.NetworkList{} },
+		network.GetAttrs, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(destroy)
+	// Until the watch cache has synced it hands every list to the storage beneath it.
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return s.ReadinessCheck() == nil, nil
+	}); err != nil {
+		t.Fatalf("the storage never became ready: %v", err)
+	}
+	return s
+}
+
 func TestPagedBeneathTheWatchCache(t *testing.T) {
 	f := newPagesFixture(t)
 	for i := range 5 {
 		f.put(t, "a", fmt.Sprintf("n%02d", i), nil)
 	}
-	build := func(t *testing.T, decorate generic.StorageDecorator) storage.Interface {
-		t.Helper()
-		keyFunc := func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/networks/", obj) }
-		s, destroy, err := pagedBeneath(decorate, f.scanner)(f.forResource, "/networks", keyFunc,
-			func() runtime.Object { return &samplecrd.Network{} }, func() runtime.Object { return &samplecrd.NetworkList{} },
-			network.GetAttrs, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(destroy)
-		// Until the watch cache has synced it hands every list to the storage beneath it.
-		if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			return s.ReadinessCheck() == nil, nil
-		}); err != nil {
-			t.Fatalf("the storage never became ready: %v", err)
-		}
-		return s
-	}
+	build := f.beneath
 	pred := storage.SelectionPredicate{Label: labels.Everything(), Field: fieldsel.Everything(), GetAttrs: network.GetAttrs, Limit: 2}
 	firstPage := func(t *testing.T, s storage.Interface) storage.SelectionPredicate {
 		t.Helper()

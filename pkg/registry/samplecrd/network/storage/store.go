@@ -108,17 +108,20 @@ func (g allocatingOptions) GetRESTOptions(resource schema.GroupResource, example
 // cache is off for Networks) — with a pagingStore around the etcd3 store, so that every continue
 // page read from etcd, the watch cache's and its consistency checker's included, is read
 // without counting the rest of the range. The watch cache is built as k8s.io/apiserver's
-// StorageWithCacher builds it, over the pagingStore.
+// StorageWithCacher builds it, over the pagingStore. Both decode with a sharingCodec, so the
+// Networks the watch cache holds share their repeating parts.
 func pagedBeneath(decorate generic.StorageDecorator, pages *etcdscan.Scanner) generic.StorageDecorator {
 	cached := reflect.ValueOf(decorate).Pointer() != reflect.ValueOf(generic.UndecoratedStorage).Pointer()
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
 		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs,
 		indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
-		raw, destroyRaw, err := generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
+		sharing := *config
+		sharing.Codec = sharingCodec{Codec: config.Codec}
+		raw, destroyRaw, err := generic.NewRawStorage(&sharing, newFunc, newListFunc, resourcePrefix)
 		if err != nil {
 			return nil, destroyRaw, err
 		}
-		paged := &pagingStore{Interface: raw, etcd: newEtcdCodec(config, resourcePrefix), pages: pages}
+		paged := &pagingStore{Interface: raw, etcd: newEtcdCodec(&sharing, resourcePrefix), pages: pages}
 		if !cached {
 			return paged, destroyRaw, nil
 		}
