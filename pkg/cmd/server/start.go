@@ -61,6 +61,7 @@ func NewCommand(ctx context.Context, o *Options) *cobra.Command {
 			if err := o.Complete(); err != nil {
 				return err
 			}
+			setGCPercent(os.LookupEnv)
 			if err := o.Validate(); err != nil {
 				return err
 			}
