@@ -97,8 +97,9 @@ func shareRepeated(n *samplecrd.Network) {
 	}
 }
 
-// share points *s at the one canonical copy of its content. The canonical copy lives as long as
-// anything points at it.
+// share points *s at the canonical copy of its content (Go's unique). The bytes live as long as
+// anything points at them; the canonical entry only while a handle does, so after a collection
+// the next Network may start a new copy: a few copies per value, never one per Network.
 func share[S ~string](s *S) {
 	if *s != "" {
 		*s = S(unique.Make(string(*s)).Value())
