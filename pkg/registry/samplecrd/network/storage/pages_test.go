@@ -273,10 +273,6 @@ func TestContinuePageErrors(t *testing.T) {
 	}
 }
 
-// TestPagedBeneathTheWatchCache: the Network storage is the watch cache over the paging store:
-// a continue page the cache hands on (ListFromCacheSnapshot off) is read by the paging store
-// and equals the etcd3 store's; with ListFromCacheSnapshot on the cache serves it from its
-// snapshot. With the watch cache off the storage is the paging store itself.
 // beneath builds the Network storage as the server does (pagedBeneath around decorate) over the
 // fixture's etcd, and waits until it is ready.
 func (f *pagesFixture) beneath(t *testing.T, decorate generic.StorageDecorator) storage.Interface {
@@ -298,12 +294,15 @@ func (f *pagesFixture) beneath(t *testing.T, decorate generic.StorageDecorator) 
 	return s
 }
 
+// TestPagedBeneathTheWatchCache: the Network storage is the watch cache over the paging store:
+// a continue page the cache hands on (ListFromCacheSnapshot off) is read by the paging store
+// and equals the etcd3 store's; with ListFromCacheSnapshot on the cache serves it from its
+// snapshot. With the watch cache off the storage is the paging store itself.
 func TestPagedBeneathTheWatchCache(t *testing.T) {
 	f := newPagesFixture(t)
 	for i := range 5 {
 		f.put(t, "a", fmt.Sprintf("n%02d", i), nil)
 	}
-	build := f.beneath
 	pred := storage.SelectionPredicate{Label: labels.Everything(), Field: fieldsel.Everything(), GetAttrs: network.GetAttrs, Limit: 2}
 	firstPage := func(t *testing.T, s storage.Interface) storage.SelectionPredicate {
 		t.Helper()
@@ -318,7 +317,7 @@ func TestPagedBeneathTheWatchCache(t *testing.T) {
 
 	t.Run("watch cache, ListFromCacheSnapshot off", func(t *testing.T) {
 		featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, false)
-		s := build(t, genericregistry.StorageWithCacher())
+		s := f.beneath(t, genericregistry.StorageWithCacher())
 		if _, ok := s.(*cacherstorage.CacheDelegator); !ok {
 			t.Fatalf("built a %T, want the watch cache", s)
 		}
@@ -331,7 +330,7 @@ func TestPagedBeneathTheWatchCache(t *testing.T) {
 	})
 	t.Run("watch cache, ListFromCacheSnapshot on", func(t *testing.T) {
 		featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
-		s := build(t, genericregistry.StorageWithCacher())
+		s := f.beneath(t, genericregistry.StorageWithCacher())
 		got, err := list(t, s, "/networks", firstPage(t, s))
 		if err != nil {
 			t.Fatal(err)
@@ -341,7 +340,7 @@ func TestPagedBeneathTheWatchCache(t *testing.T) {
 		}
 	})
 	t.Run("no watch cache", func(t *testing.T) {
-		s := build(t, generic.UndecoratedStorage)
+		s := f.beneath(t, generic.UndecoratedStorage)
 		if _, ok := s.(*pagingStore); !ok {
 			t.Fatalf("built a %T, want the paging store", s)
 		}

@@ -126,6 +126,11 @@ func (s *sharedValues[K, V]) lookup(key K, v *V) *V {
 	if got, ok := s.copies[key]; ok {
 		return got
 	}
+	return s.remember(key, v)
+}
+
+// remember keeps v as the copy of key; the caller holds mu.
+func (s *sharedValues[K, V]) remember(key K, v *V) *V {
 	if s.copies == nil || len(s.copies) >= maxShared {
 		s.copies = make(map[K]*V)
 	}
@@ -156,12 +161,11 @@ func (s *fieldSetCopies) share(f *metav1.FieldsV1) *metav1.FieldsV1 {
 		return f
 	}
 	s.mu.Lock()
-	got, ok := s.copies[string(f.Raw)]
-	s.mu.Unlock()
-	if ok {
+	defer s.mu.Unlock()
+	if got, ok := s.copies[string(f.Raw)]; ok {
 		return got
 	}
-	return s.lookup(string(f.Raw), f)
+	return s.remember(string(f.Raw), f)
 }
 
 var (
