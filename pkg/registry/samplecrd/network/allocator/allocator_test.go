@@ -679,3 +679,132 @@ func TestEachTrustingReadsUntrustedValuesAtItsRevision(t *testing.T) {
 		t.Error("EachTrusting at revision 0: no error")
 	}
 }
+
+// txnShape is what one transaction carried and how it ended.
+type txnShape struct {
+	cmps, then, els int
+	writes          bool // a put or delete among then's operations
+	succeeded       bool
+}
+
+// recordingKV records the shape of every transaction committed through it.
+type recordingKV struct {
+	clientv3.KV
+	mu   sync.Mutex
+	txns []txnShape
+}
+
+func (r *recordingKV) Txn(ctx context.Context) clientv3.Txn {
+	return &recordingTxn{Txn: r.KV.Txn(ctx), kv: r}
+}
+
+func (r *recordingKV) shapes() []txnShape {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]txnShape(nil), r.txns...)
+}
+
+type recordingTxn struct {
+	clientv3.Txn
+	kv    *recordingKV
+	shape txnShape
+}
+
+func (t *recordingTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.shape.cmps += len(cs)
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+
+func (t *recordingTxn) Then(ops ...clientv3.Op) clientv3.Txn {
+	t.shape.then += len(ops)
+	for _, op := range ops {
+		t.shape.writes = t.shape.writes || op.IsPut() || op.IsDelete()
+	}
+	t.Txn = t.Txn.Then(ops...)
+	return t
+}
+
+func (t *recordingTxn) Else(ops ...clientv3.Op) clientv3.Txn {
+	t.shape.els += len(ops)
+	t.Txn = t.Txn.Else(ops...)
+	return t
+}
+
+func (t *recordingTxn) Commit() (*clientv3.TxnResponse, error) {
+	resp, err := t.Txn.Commit()
+	if err == nil {
+		t.shape.succeeded = resp.Succeeded
+		t.kv.mu.Lock()
+		t.kv.txns = append(t.kv.txns, t.shape)
+		t.kv.mu.Unlock()
+	}
+	return resp, err
+}
+
+// TestGuardedWritesCarryNoReads: a guarded write's transaction carries its compares and writes
+// only — no else branch, which would travel in every write's raft entry — and a lost write reads
+// what it needs in a read-only transaction of its own, which still tells an overlap (the
+// caller's error) from a write beside the prefix (another attempt).
+func TestGuardedWritesCarryNoReads(t *testing.T) {
+	inEachGuardMode(t, func(t *testing.T, newAllocator func(*clientv3.Client) *Allocator) {
+		c := startEtcd(t)
+		recorded, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { recorded.Close() })
+		rec := &recordingKV{KV: recorded.KV}
+		recorded.KV = rec
+		a, b := newAllocator(recorded), newAllocator(c) // b: another replica, unseen by a's guesses
+		ctx := context.Background()
+		if err := create(ctx, a, "10.1.2.0/28", "first"); err != nil {
+			t.Fatal(err)
+		}
+		if err := create(ctx, b, "10.1.0.0/28", "beside"); err != nil {
+			t.Fatal(err)
+		}
+		if err := create(ctx, a, "10.1.4.0/28", "second"); err != nil {
+			t.Fatalf("a create after a write beside it: %v", err)
+		}
+		if err := create(ctx, b, "10.2.0.0/16", "wide"); err != nil {
+			t.Fatal(err)
+		}
+		var overlap *OverlapError
+		if err := create(ctx, a, "10.2.3.0/24", "inside"); !errors.As(err, &overlap) || overlap.Other.Owner.Name != "wide" {
+			t.Fatalf("a create inside another replica's /16: %v; want an overlap with wide", err)
+		}
+		if err := create(ctx, a, "10.1.2.0/28", "again"); !errors.As(err, &overlap) || overlap.Other.Owner.Name != "first" {
+			t.Fatalf("a create of a taken prefix: %v; want an overlap with first", err)
+		}
+		var writes, committed, lost, readsAfterLoss int
+		shapes := rec.shapes()
+		for i, s := range shapes {
+			if !s.writes {
+				continue
+			}
+			writes++
+			if s.els != 0 {
+				t.Errorf("transaction %d writes and carries %d reads in its else branch; want none", i, s.els)
+			}
+			if s.cmps == 0 {
+				t.Errorf("transaction %d writes without a guard", i)
+			}
+			if s.succeeded {
+				committed++
+				continue
+			}
+			lost++
+			if i+1 < len(shapes) && !shapes[i+1].writes && shapes[i+1].cmps == 0 && shapes[i+1].then > 0 {
+				readsAfterLoss++
+			}
+		}
+		// first and second commit (second after losing its guess at beside's key, where it
+		// guards that key); inside and again lose to what they overlap; each loss is followed by
+		// its reads.
+		if committed != 2 || lost < 2 || readsAfterLoss != lost {
+			t.Fatalf("%d writing transactions: %d committed, %d lost, %d losses followed by a read-only transaction; want 2, at least 2, one per loss (all: %+v)",
+				writes, committed, lost, readsAfterLoss, shapes)
+		}
+	})
+}

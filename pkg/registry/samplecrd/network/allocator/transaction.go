@@ -226,9 +226,14 @@ func (a *Allocator) overlapWith(al Allocation, kv *mvccpb.KeyValue) error {
 
 // guardedWrite commits ops together with al's allocation in one transaction that holds only if
 // nothing overlapping al is stored and the caller's compares hold. When the transaction fails,
-// its else branch returns the caller's probes and the guard's reads at the same revision: check
-// turns the probes into the caller's error, the reads tell an overlap from an allocation beside
-// al (the next attempt is then guarded by exactly what was read). The first attempt guesses the
+// one read-only transaction reads the caller's probes and the guard's keys, all at one revision:
+// check turns the probes into the caller's error, the reads tell an overlap from an allocation
+// beside al (the next attempt is then guarded by exactly what was read). The reads are not the
+// write's else branch: an else branch travels in every write's raft entry — the WAL, the raft
+// log etcd keeps in memory, and the decode in every member's apply — and only a lost write
+// needs it (0.07 per create in the bench), so a lost write pays one read round trip instead.
+// What was read may be newer than what the failed compares saw; that only decides the next
+// attempt's guards, and a commit is guarded by its own compares alone. The first attempt guesses the
 // container keys from what this allocator last saw of them (absent when it saw nothing), after
 // waiting for its own writes at them (see inflight), which is right almost always and then
 // costs one round trip in all.
@@ -236,23 +241,30 @@ func (a *Allocator) overlapWith(al Allocation, kv *mvccpb.KeyValue) error {
 // With a length record (KeepLengths; not for allocations bounded by Within, whose guards are
 // few), the transaction creates al's length key when the record lacks it, and in GuardsRecorded
 // mode guards only the container keys of the recorded lengths, comparing that no length key was
-// created since the record was read (lengths.go). The else branch reads every container key and
-// the record, so one lost attempt tells all. A write whose reads would exceed etcd's
+// created since the record was read (lengths.go). The reads after a lost write take every
+// container key and the record, so one lost attempt tells all. A write whose reads would exceed etcd's
 // --max-txn-ops with the record's (a /126 with 126 container keys) guards every length.
 func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
 	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
 	s := a.spanWithin(al.Scope, al.Prefix, al.Within)
 	ops = append(ops, clientv3.OpPut(s.key, Value(al)))
-	elseOps := append(append([]clientv3.Op(nil), probes...), s.reads()...)
 	var record string // the length record's key prefix; empty without one
-	// recordRead: the else branch reads the record last; only then may the guards trust it.
+	// recordRead: the reads after a lost write take the record last; only then may the guards
+	// trust it.
 	recordRead, trusting := false, false
 	if a.lengths != nil && !al.Within.IsValid() {
 		record = a.lengths.prefix(al.Scope, al.Prefix)
-		if len(elseOps) < maxTxnOps {
-			elseOps = append(elseOps, clientv3.OpGet(record, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+		if len(probes)+1+len(s.containers) < maxTxnOps {
 			recordRead, trusting = true, a.lengths.trusted()
 		}
+	}
+	// reads are what a lost write reads, built only then.
+	reads := func() []clientv3.Op {
+		r := append(append(make([]clientv3.Op, 0, len(probes)+2+len(s.containers)), probes...), s.reads()...)
+		if recordRead {
+			r = append(r, clientv3.OpGet(record, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+		}
+		return r
 	}
 	bits := al.Prefix.Bits()
 	// recorded is the record as last read, and the lengths an attempt guards (nil: all).
@@ -304,7 +316,7 @@ func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clie
 		if adds {
 			then = append(slices.Clip(ops), clientv3.OpPut(lengthKey(record, bits), ""))
 		}
-		resp, err := a.client.Txn(ctx).If(guards...).Then(then...).Else(elseOps...).Commit()
+		resp, err := a.client.Txn(ctx).If(guards...).Then(then...).Commit()
 		if err != nil {
 			return 0, err
 		}
@@ -317,18 +329,23 @@ func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clie
 			return resp.Header.Revision, nil
 		}
 		guardedWrites.WithLabelValues("lost").Inc()
-		if err := check(resp.Responses[:len(probes)]); err != nil {
+		read, err := a.client.Txn(ctx).Then(reads()...).Commit()
+		if err != nil {
+			return 0, err
+		}
+		rs := read.Responses
+		if err := check(rs[:len(probes)]); err != nil {
 			return 0, err
 		}
 		var found []netip.Prefix
-		if revs, found, err = a.conflict(al, s, resp.Responses[len(probes):]); err != nil {
+		if revs, found, err = a.conflict(al, s, rs[len(probes):]); err != nil {
 			return 0, err
 		}
 		for i, k := range s.containers {
 			a.seen.set(k, revs[i], found[i])
 		}
 		if recordRead {
-			a.lengths.read(record, resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs, al.Prefix.Addr().Is4(), resp.Header.Revision)
+			a.lengths.read(record, rs[len(rs)-1].GetResponseRange().Kvs, al.Prefix.Addr().Is4(), read.Header.Revision)
 		}
 	}
 	return 0, fmt.Errorf("writing the allocation of %s: gave up after %d attempts lost to concurrent writes beside it", al.Prefix, maxAttempts)
