@@ -231,19 +231,19 @@ func (a *Allocator) overlapWith(al Allocation, kv *mvccpb.KeyValue) error {
 // beside al (the next attempt is then guarded by exactly what was read). The reads are not the
 // write's else branch: an else branch travels in every write's raft entry — the WAL, the raft
 // log etcd keeps in memory, and the decode in every member's apply — and only a lost write
-// needs it (0.07 per create in the bench), so a lost write pays one read round trip instead.
-// What was read may be newer than what the failed compares saw; that only decides the next
-// attempt's guards, and a commit is guarded by its own compares alone. The first attempt guesses the
-// container keys from what this allocator last saw of them (absent when it saw nothing), after
-// waiting for its own writes at them (see inflight), which is right almost always and then
-// costs one round trip in all.
+// needs it (0.07 lost per create in the bench), so a lost write pays one read round trip
+// instead. What was read may be newer than what the failed compares saw; that only decides the
+// next attempt's guards, and a commit is guarded by its own compares alone. The first attempt
+// guesses the container keys from what this allocator last saw of them (absent when it saw
+// nothing), after waiting for its own writes at them (see inflight), which is right almost
+// always and then costs one round trip in all.
 //
 // With a length record (KeepLengths; not for allocations bounded by Within, whose guards are
 // few), the transaction creates al's length key when the record lacks it, and in GuardsRecorded
 // mode guards only the container keys of the recorded lengths, comparing that no length key was
 // created since the record was read (lengths.go). The reads after a lost write take every
-// container key and the record, so one lost attempt tells all. A write whose reads would exceed etcd's
-// --max-txn-ops with the record's (a /126 with 126 container keys) guards every length.
+// container key and the record, so one lost attempt tells all. A write whose reads would exceed
+// etcd's --max-txn-ops with the record's (a /126 with 126 container keys) guards every length.
 func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
 	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
 	s := a.spanWithin(al.Scope, al.Prefix, al.Within)
