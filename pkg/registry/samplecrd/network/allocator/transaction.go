@@ -248,19 +248,21 @@ func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clie
 	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
 	s := a.spanWithin(al.Scope, al.Prefix, al.Within)
 	ops = append(ops, clientv3.OpPut(s.key, Value(al)))
+	// guardReads: how many keys a lost write reads before the record (probes, then s.reads()).
+	guardReads := len(probes) + 1 + len(s.containers)
 	var record string // the length record's key prefix; empty without one
 	// recordRead: the reads after a lost write take the record last; only then may the guards
 	// trust it.
 	recordRead, trusting := false, false
 	if a.lengths != nil && !al.Within.IsValid() {
 		record = a.lengths.prefix(al.Scope, al.Prefix)
-		if len(probes)+1+len(s.containers) < maxTxnOps {
+		if guardReads < maxTxnOps {
 			recordRead, trusting = true, a.lengths.trusted()
 		}
 	}
 	// reads are what a lost write reads, built only then.
 	reads := func() []clientv3.Op {
-		r := append(append(make([]clientv3.Op, 0, len(probes)+2+len(s.containers)), probes...), s.reads()...)
+		r := append(append(make([]clientv3.Op, 0, guardReads+1), probes...), s.reads()...)
 		if recordRead {
 			r = append(r, clientv3.OpGet(record, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 		}
