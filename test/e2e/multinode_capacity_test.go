@@ -339,15 +339,17 @@ func capWait(t *testing.T, client versioned.Interface, name, key string, pods *c
 // TestMultiNodeCapacityExact: the counts of status.capacity and of each node's entry equal what
 // the nodes hold (host-local's lease files, the pods attached, the blocks held), checked after
 // the first pod on each node, an ADD/DEL storm on three nodes, after an agent restart during which its node's pods changed,
-// and after a node claimed a second block as its free addresses ran low. The agents run with
-// their default --count-report-interval (30s): every change must show within it (and the sync
-// that writes it), with no resync to catch what they missed.
+// and after a node claimed a second block as its free addresses ran low. The agents coalesce
+// count writes with --count-report-interval=5s: every change must show within it (and the sync
+// that writes it), with no resync to catch what they missed. (The default, 30s, works the same
+// way with a longer wait: TestMultiNodeCapacityCost runs with it; at 30s each of this test's
+// steps waited half a minute.)
 func TestMultiNodeCapacityExact(t *testing.T) {
 	// /28 blocks and a headroom of 4 addresses, so that a node claims a second block after a
 	// dozen pods. No resync within the test (the harness's is 2s): what the agents write follows
 	// what they notice, a lease host-local writes after the pod's veth joined the bridge too.
 	c := newMNClusterWith(t, []string{"--block-prefix-length-v4=28"}, 3, "--min-free-addresses", "4",
-		"--controller-resync-period", "10m")
+		"--controller-resync-period", "10m", "--count-report-interval", "5s")
 	const name = "cap"
 	key := c.createNetwork(name, "10.66.0.0/22")
 	for _, n := range c.nodes {
@@ -644,7 +646,8 @@ func TestAggregatedCapacityNodeDeleted(t *testing.T) {
 	ul := newUnderlay(t)
 	n1, n2 := ul.addNode(t, 1, pluginDir), ul.addNode(t, 2, pluginDir)
 	for _, n := range []*mnNode{n1, n2} {
-		n.startAgent(c.kubeconfig, "--min-free-addresses", "2")
+		// Counts coalesced for 5s, not the default 30s: the last step waits for one interval.
+		n.startAgent(c.kubeconfig, "--min-free-addresses", "2", "--count-report-interval", "5s")
 		n.waitConfList(key)
 	}
 	pods := newCapPods(t, key)
