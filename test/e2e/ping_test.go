@@ -158,6 +158,14 @@ func (p *pinger) halt() {
 	}
 }
 
+// close stops sending and receiving at once, without stop's wait for the last answer (for a
+// caller that has seen the answers it needed). stop after it returns at once.
+func (p *pinger) close() {
+	p.halt()
+	_ = p.conn.Close()
+	p.done.Wait()
+}
+
 // stop stops sending, gives the last request a second to be answered (a ping's timeout, not
 // synchronisation) and returns what was measured. It is idempotent.
 func (p *pinger) stop() pingStats {
