@@ -55,8 +55,8 @@ REPLICAS=${REPLICAS:-1}
 member_name() { if (($1 == 0)); then echo etcd; else echo "etcd-$1"; fi; }
 replica_name() { if (($1 == 0)); then echo network-apiserver; else echo "network-apiserver-$1"; fi; }
 
-# The processes, in start order; cluster-down stops kube-controller-manager, then the rest in
-# reverse. Members and replicas beyond those of this invocation are listed too (up to 9 each), so
+# The processes, in start order; cluster-down stops kube-controller-manager, then the API
+# servers, then etcd. Members and replicas beyond those of this invocation are listed too (up to 9 each), so
 # that cluster-down stops a cluster started with more of them.
 COMPONENTS=()
 for ((i = 0; i < 9; i++)); do COMPONENTS+=("$(member_name "$i")"); done
@@ -67,13 +67,26 @@ for ((i = 0; i < 9; i++)); do COMPONENTS+=("$(replica_name "$i")"); done
 stop_component() { stop_pid "$STATE/$1.pid" 60; }
 
 stop_all() {
-  local i
+  local i pids=()
   # kube-controller-manager first: its garbage collector and namespace controller watch Networks
   # through kube-apiserver, and network-apiserver waits (up to 60s) for open watches on SIGTERM.
   stop_component kube-controller-manager
-  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
-    stop_component "${COMPONENTS[i]}"
+  # Then the API servers at once (each takes seconds to shut down gracefully, and neither waits
+  # for the other), then the etcd members at once; waiting for those stops only, not
+  # for other background jobs of this shell (cluster-up's trap runs this too).
+  for ((i = 0; i < 9; i++)); do
+    stop_component "$(replica_name "$i")" &
+    pids+=($!)
   done
+  stop_component kube-apiserver &
+  pids+=($!)
+  wait "${pids[@]}"
+  pids=()
+  for ((i = 0; i < 9; i++)); do
+    stop_component "$(member_name "$i")" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
 }
 
 cluster_down() {
