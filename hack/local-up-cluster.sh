@@ -56,8 +56,8 @@ member_name() { if (($1 == 0)); then echo etcd; else echo "etcd-$1"; fi; }
 replica_name() { if (($1 == 0)); then echo network-apiserver; else echo "network-apiserver-$1"; fi; }
 
 # The processes, in start order; cluster-down stops kube-controller-manager, then the API
-# servers, then etcd. Members and replicas beyond those of this invocation are listed too (up to 9 each), so
-# that cluster-down stops a cluster started with more of them.
+# servers, then etcd. Members and replicas beyond those of this invocation are listed too (up
+# to 9 each), so that cluster-down stops a cluster started with more of them.
 COMPONENTS=()
 for ((i = 0; i < 9; i++)); do COMPONENTS+=("$(member_name "$i")"); done
 COMPONENTS+=(kube-apiserver kube-controller-manager)

@@ -60,9 +60,7 @@ func testMultiNodeAddressesUnique(t *testing.T, onAttach bool) {
 	var nodes []*mnNode
 	for i := 1; i <= 3; i++ {
 		n := ul.addNode(t, i, pluginDir)
-		// Counts coalesced for 5s, not the default 30s: the entries' leases below show within it.
-		n.startAgent(s.kubeconfig, "--underlay-interface", "eth0", fmt.Sprintf("--bridge-on-attach=%t", onAttach),
-			"--count-report-interval", "5s")
+		n.startAgent(s.kubeconfig, "--underlay-interface", "eth0", fmt.Sprintf("--bridge-on-attach=%t", onAttach))
 		nodes = append(nodes, n)
 	}
 
@@ -189,7 +187,7 @@ func testMultiNodeAddressesUnique(t *testing.T, onAttach bool) {
 			t.Errorf("kubectl get blk does not show %s's block %s:\n%s", n.name, blocksOf[n.name][0], out)
 		}
 	}
-	// The leases may take an agent's --count-report-interval (5s here) and a sync to show.
+	// The leases may take an agent's --count-report-interval (30s) and a sync to show.
 	var nw *v1.Network
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
