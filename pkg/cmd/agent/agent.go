@@ -101,7 +101,7 @@ var defaultClientOptions = clientOptions{qps: 50, burst: 100}
 func (c *clientOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&c.kubeconfig, "kubeconfig", c.kubeconfig, "kubeconfig of the API serving samplecrd.k8s.io; empty uses the in-cluster config.")
 	fs.Float32Var(&c.qps, "kube-api-qps", c.qps, "Requests per second the agent sends the API at most (client-side; API Priority and Fairness still applies), as kubelet's flag of that name.")
-	fs.IntVar(&c.burst, "kube-api-burst", c.burst, "Requests the agent may send at once above --kube-api-qps, as kubelet's flag of that name.")
+	fs.IntVar(&c.burst, "kube-api-burst", c.burst, "Requests the agent may send at once before --kube-api-qps paces them, as kubelet's flag of that name.")
 }
 
 func (c *clientOptions) validate() []error {
