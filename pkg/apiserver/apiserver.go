@@ -284,7 +284,7 @@ func mirrorVNI(status *networkstorage.StatusREST, vnis *segment.VNIs) segment.Mi
 				return nil, apierrors.NewNotFound(samplecrd.Resource("networks"), name)
 			}
 			// The keys as they are now: the status copies the truth, not what was read before.
-			v, _, err := vnis.Of(ctx, string(uid))
+			v, _, err := vnis.Of(ctx, string(uid), n.Status.VNI)
 			if err != nil {
 				return nil, err
 			}

@@ -288,8 +288,10 @@ func (l layout) networkBlockViolations(n network, keys []storedBlock, objects []
 	return out
 }
 
-// segmentViolations: each VNI key names a stored Network whose UID key names the VNI back; each
-// UID key likewise; status.vni is the VNI of the keys; with l.Blocks, every Network has them.
+// segmentViolations: each VNI key names a stored Network whose UID key names the VNI back, or
+// (the single layout, --vni-keys=single) a Network without a uid key whose status.vni is the VNI;
+// each UID key names a VNI whose key names it; status.vni is the VNI of the keys; with l.Blocks,
+// every Network has them.
 func (l layout) segmentViolations(s *state, byUID map[string]network) []string {
 	var out []string
 	add := func(kind, format string, args ...any) { out = append(out, kind+": "+fmt.Sprintf(format, args...)) }
@@ -319,8 +321,8 @@ func (l layout) segmentViolations(s *state, byUID map[string]network) []string {
 	for v, uid := range vniOwner {
 		if _, ok := byUID[uid]; !ok {
 			add(vSegmentOrphan, "VNI key %s names uid %s: no stored Network has it", l.vniKey(v), uid)
-		} else if back, ok := uidVNI[uid]; !ok || back != v {
-			add(vSegment, "VNI key %s names network %s, whose uid key holds %d (present: %v)", l.vniKey(v), describeNet(byUID[uid]), back, ok)
+		} else if back, ok := uidVNI[uid]; ok && back != v || !ok && int64(byUID[uid].VNI) != v {
+			add(vSegment, "VNI key %s names network %s, whose uid key holds %d (present: %v), status.vni %d", l.vniKey(v), describeNet(byUID[uid]), back, ok, byUID[uid].VNI)
 		}
 	}
 	for uid, v := range uidVNI {
@@ -332,6 +334,9 @@ func (l layout) segmentViolations(s *state, byUID map[string]network) []string {
 	}
 	for uid, n := range byUID {
 		v, ok := uidVNI[uid]
+		if !ok && n.VNI != 0 && vniOwner[int64(n.VNI)] == uid {
+			v, ok = int64(n.VNI), true // the single layout
+		}
 		switch {
 		case !ok && (l.Blocks || n.VNI != 0):
 			add(vSegment, "network %s (status.vni %d) has no VNI keys", describeNet(n), n.VNI)

@@ -105,6 +105,12 @@ func (n bnet) created(t *testing.T, rev int64) []kvEvent {
 	}
 }
 
+// createdSingle is the create transaction of the single VNI layout (--vni-keys=single): no uid key.
+func (n bnet) createdSingle(t *testing.T, rev int64) []kvEvent {
+	ev := n.created(t, rev)
+	return ev[:len(ev)-1]
+}
+
 // claimed is a claim's transaction: the node's object (listing all its blocks) and the new key.
 func (n bnet) claimed(t *testing.T, rev int64, node, newBlock string, blocks ...string) []kvEvent {
 	return []kvEvent{
@@ -180,6 +186,9 @@ func TestBlockInvariantHolds(t *testing.T) {
 		x2.deleted(8, []string{"10.1.0.64/26", "10.1.0.128/26", "10.1.1.0/26"}, "n0", "n1"),
 	))
 	wantKinds(t, r)
+	// The single VNI layout beside the pair: y's create wrote its vni key alone.
+	wantKinds(t, replayHistory(blockLayout, join(netX.created(t, 2), netY.createdSingle(t, 3),
+		netY.deleted(4, nil))))
 	if got, ok := r.blockPuts[blockPut{6, "a/x.n0"}]; !ok || !slices.Equal(got.Blocks, []string{"10.1.0.64/26", "10.1.1.0/26"}) || got.NetworkUID != "u1" {
 		t.Errorf("block allocation a/x.n0 at revision 6: %+v, %v", got, ok)
 	}
@@ -271,6 +280,22 @@ func TestBlockInvariantCatches(t *testing.T) {
 		"a Network without VNI keys": {
 			events: join(netX.created(t, 2), []kvEvent{{Rev: 3, Key: l.vniKey(netX.vni), Delete: true}, {Rev: 3, Key: l.vniUIDKey("u1"), Delete: true}}),
 			want:   []string{"invariant/segment@3..3"},
+		},
+		"the single layout: a VNI given twice": {
+			events: join(netX.createdSingle(t, 2), netZ.createdSingle(t, 3)),
+			// z's create overwrote x's VNI key: x has no key left.
+			want: []string{"invariant/segment@3..3"},
+		},
+		"the single layout: status.vni other than the key": {
+			events: join(netX.createdSingle(t, 2), []kvEvent{{Rev: 3, Key: netKey("a", "x"), Value: bnet{ns: "a", name: "x", uid: "u1", cidr: netX.cidr, gateway: netX.gateway, vni: 7}.value(t)}}),
+			// the key names x, whose status.vni is not it; x has no key of its status.vni.
+			want: []string{"invariant/segment@3..3", "invariant/segment@3..3"},
+		},
+		"the single layout: a deleted Network leaves its VNI key": {
+			events: join(netX.createdSingle(t, 2), []kvEvent{
+				{Rev: 3, Key: netKey("a", "x"), Delete: true}, {Rev: 3, Key: allocKey(l, "a", netX.cidr), Delete: true},
+				{Rev: 3, Key: netX.gatewayKey(netX.gateway), Delete: true}}),
+			want: []string{"invariant/segment-orphan@3..3"},
 		},
 		"status.vni other than the keys": {
 			events: join(netX.created(t, 2), []kvEvent{{Rev: 3, Key: netKey("a", "x"), Value: bnet{ns: "a", name: "x", uid: "u1", cidr: netX.cidr, gateway: netX.gateway, vni: 7}.value(t)}}),

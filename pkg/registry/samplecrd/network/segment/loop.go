@@ -160,7 +160,8 @@ func (l *Loop) Run(ctx context.Context) {
 
 // sync gives the Network of it a VNI if its keys hold none, and mirrors the keys into status.vni.
 func (l *Loop) sync(ctx context.Context, it loopItem) error {
-	v, _, err := l.VNIs.Of(ctx, string(it.uid))
+	// Queued only while status.vni is 0: a VNI, if any, came from Assign, with its uid key.
+	v, _, err := l.VNIs.Of(ctx, string(it.uid), 0)
 	if err != nil {
 		return err
 	}

@@ -15,9 +15,13 @@ limitations under the License.
 */
 
 // Package segment keeps the VNI of every Network: unique cluster-wide, from a range, owned by
-// the server. The truth is two etcd keys per Network, <root>/vni/<vni> (value: the Network's UID)
-// and <root>/uid/<uid> (value: the VNI), always written together in one guarded transaction and
-// removed together in the Network's delete; status.vni is a copy of them.
+// the server. The truth is the vni key <root>/vni/<vni> (value: the Network's UID), written in
+// the Network's create transaction with status.vni and removed in its delete. In the pair layout
+// (every build before LayoutSingle, and this one by default) the create also writes the uid key
+// <root>/uid/<uid> (value: the VNI); in the single layout the create writes the vni key alone
+// and status.vni, written in the same transaction, is the way back from a Network to its key. A
+// VNI assigned after the create (to a Network stored without one) always gets both keys: the uid
+// key is what keeps two assignments to one Network apart. Readers accept both forms.
 package segment
 
 import (
@@ -82,12 +86,26 @@ func (e *ExhaustedError) Error() string {
 // assignment): pick again, or read the Network's VNI.
 var ErrTaken = errors.New("the VNI or the network's VNI key was taken meanwhile")
 
+// Layout is which keys a Network's create writes for its VNI.
+type Layout string
+
+const (
+	// LayoutPair: the vni key and the uid key, as every build before LayoutSingle writes them.
+	LayoutPair Layout = "pair"
+	// LayoutSingle: the vni key alone (status.vni, in the same transaction, names it). Only once
+	// every replica runs a build that reads it: a build before it takes a vni key without its
+	// uid key for a leftover, removes it and assigns the Network another VNI.
+	LayoutSingle Layout = "single"
+)
+
 // VNIs are the VNI keys under one root.
 type VNIs struct {
 	client  *clientv3.Client
 	scanner *etcdscan.Scanner
 	root    string
 	Range   Range
+	// Layout is what Guard writes for a create (LayoutPair when empty).
+	Layout Layout
 }
 
 // New returns the VNI keys under root (<etcd prefix>/segments), handed out from r.
@@ -163,13 +181,31 @@ func (s *VNIs) Pick(ctx context.Context, uid string, attempt int) (int32, error)
 // pickWindow is how many VNIs one read of Pick covers.
 const pickWindow = 1024
 
-// Guard is what a transaction assigning v to uid adds: the compares (both keys absent), the
-// probes that tell a failed compare apart, the check over the probes' answers (ErrTaken when a
-// key exists), and the two puts.
+// Guard is what a Network's create transaction adds to give it v: the compares (its keys
+// absent), the probes that tell a failed compare apart, the check over the probes' answers
+// (ErrTaken when a key exists), and the puts — the vni key, and the uid key unless s.Layout is
+// LayoutSingle. The create's own compare (the Network's key absent) is what keeps a second VNI
+// from a Network in the single layout: its UID is new, and nothing but a create gives a Network
+// that has status.vni a VNI.
 func (s *VNIs) Guard(uid string, v int32) (cmps []clientv3.Cmp, probes []clientv3.Op, check func([]*etcdserverpb.ResponseOp) error, puts []clientv3.Op) {
-	vk, uk := s.VNIKey(v), s.UIDKey(uid)
-	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.Version(vk), "=", 0), clientv3.Compare(clientv3.Version(uk), "=", 0)}
-	probes = []clientv3.Op{clientv3.OpGet(vk, clientv3.WithCountOnly()), clientv3.OpGet(uk, clientv3.WithCountOnly())}
+	if s.Layout == LayoutSingle {
+		return s.guard(uid, v, false)
+	}
+	return s.guard(uid, v, true)
+}
+
+// guard is Guard, with the uid key or without it.
+func (s *VNIs) guard(uid string, v int32, pair bool) (cmps []clientv3.Cmp, probes []clientv3.Op, check func([]*etcdserverpb.ResponseOp) error, puts []clientv3.Op) {
+	vk := s.VNIKey(v)
+	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.Version(vk), "=", 0)}
+	probes = []clientv3.Op{clientv3.OpGet(vk, clientv3.WithCountOnly())}
+	puts = []clientv3.Op{clientv3.OpPut(vk, uid)}
+	if pair {
+		uk := s.UIDKey(uid)
+		cmps = append(cmps, clientv3.Compare(clientv3.Version(uk), "=", 0))
+		probes = append(probes, clientv3.OpGet(uk, clientv3.WithCountOnly()))
+		puts = append(puts, clientv3.OpPut(uk, strconv.FormatInt(int64(v), 10)))
+	}
 	check = func(rs []*etcdserverpb.ResponseOp) error {
 		for _, r := range rs {
 			if r.GetResponseRange().Count > 0 {
@@ -178,21 +214,34 @@ func (s *VNIs) Guard(uid string, v int32) (cmps []clientv3.Cmp, probes []clientv
 		}
 		return nil
 	}
-	puts = []clientv3.Op{clientv3.OpPut(vk, uid), clientv3.OpPut(uk, strconv.FormatInt(int64(v), 10))}
 	return cmps, probes, check, puts
 }
 
-// Of reads the VNI the keys give uid (0: none) and the uid key's ModRevision.
-func (s *VNIs) Of(ctx context.Context, uid string) (int32, int64, error) {
-	resp, err := s.client.Get(ctx, s.UIDKey(uid))
-	if err != nil || len(resp.Kvs) == 0 {
+// Of reads the VNI the keys give uid (0: none) and the ModRevision of the key that says so:
+// the uid key when there is one (the pair layout), else the vni key of hint (the Network's
+// status.vni) when it names uid (the single layout). Both are read at one revision.
+func (s *VNIs) Of(ctx context.Context, uid string, hint int32) (int32, int64, error) {
+	ops := []clientv3.Op{clientv3.OpGet(s.UIDKey(uid))}
+	if hint != 0 {
+		ops = append(ops, clientv3.OpGet(s.VNIKey(hint)))
+	}
+	resp, err := s.client.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
 		return 0, 0, err
 	}
-	v, err := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 32)
-	if err != nil {
-		return 0, resp.Kvs[0].ModRevision, nil
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		v, err := strconv.ParseInt(string(kvs[0].Value), 10, 32)
+		if err != nil {
+			return 0, kvs[0].ModRevision, nil
+		}
+		return int32(v), kvs[0].ModRevision, nil
 	}
-	return int32(v), resp.Kvs[0].ModRevision, nil
+	if hint != 0 {
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 && string(kvs[0].Value) == uid {
+			return hint, kvs[0].ModRevision, nil
+		}
+	}
+	return 0, 0, nil
 }
 
 // DeleteOps are the ops of a Network's delete transaction that remove its keys, given the VNI its
@@ -208,7 +257,9 @@ func (s *VNIs) DeleteOps(uid string, v int32) []clientv3.Op {
 }
 
 // Assign gives uid a VNI outside any Network transaction (the repair, for a Network stored
-// without one), guarded by cmps (the Network unchanged); it probes on conflict. It returns the
+// without one), guarded by cmps (the Network unchanged); it probes on conflict. It writes both
+// keys in either layout: the uid key absent is what keeps two replicas from giving one Network
+// two VNIs at once. It returns the
 // VNI, ErrTaken when uid got one meanwhile, changed (from check over probes) when the guard of
 // cmps failed, or an *ExhaustedError.
 func (s *VNIs) Assign(ctx context.Context, uid string, cmps []clientv3.Cmp, probes []clientv3.Op,
@@ -218,7 +269,7 @@ func (s *VNIs) Assign(ctx context.Context, uid string, cmps []clientv3.Cmp, prob
 		if err != nil {
 			return 0, err
 		}
-		gc, gp, _, puts := s.Guard(uid, v)
+		gc, gp, _, puts := s.guard(uid, v, true)
 		resp, err := s.client.Txn(ctx).If(append(append([]clientv3.Cmp(nil), cmps...), gc...)...).Then(puts...).
 			Else(append(append([]clientv3.Op(nil), probes...), gp...)...).Commit()
 		if err != nil {

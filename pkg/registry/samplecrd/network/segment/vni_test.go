@@ -118,7 +118,7 @@ func TestAssignRacesFillTheRangeExactly(t *testing.T) {
 	if _, err := s.Assign(ctx, uid, nil, nil, noGuard); !errors.Is(err, ErrTaken) {
 		t.Errorf("a second assignment of %s: %v, want ErrTaken", uid, err)
 	}
-	if of, _, err := s.Of(ctx, uid); err != nil || of != v {
+	if of, _, err := s.Of(ctx, uid, 0); err != nil || of != v {
 		t.Errorf("Of(%s) = %d, %v; want %d", uid, of, err, v)
 	}
 	if _, err := c.Txn(ctx).Then(s.DeleteOps(uid, v)...).Commit(); err != nil {
@@ -137,6 +137,96 @@ func TestAssignRacesFillTheRangeExactly(t *testing.T) {
 	}
 	if stored, _ = s.List(ctx, 0); stored.ByVNI[(v-100+1)%10+100].Value != other {
 		t.Errorf("a delete naming another UID's VNI removed its key")
+	}
+}
+
+// TestGuardLayouts: a create's guard in the pair layout writes both keys and loses to either
+// key present; in the single layout it writes the vni key alone and loses to it. Of finds a
+// single-layout VNI from the hint only when the vni key of the hint names the UID, and prefers
+// the uid key; Assign writes both keys in either layout.
+func TestGuardLayouts(t *testing.T) {
+	c := startEtcd(t)
+	ctx := context.Background()
+	s := New(c, "/seg", Range{First: 100, Last: 199})
+	create := func(uid string, v int32) error {
+		cmps, probes, check, puts := s.Guard(uid, v)
+		resp, err := c.Txn(ctx).If(cmps...).Then(puts...).Else(probes...).Commit()
+		if err != nil {
+			return err
+		}
+		if !resp.Succeeded {
+			return check(resp.Responses)
+		}
+		return nil
+	}
+	keys := func() Stored {
+		t.Helper()
+		st, err := s.List(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	of := func(uid string, hint int32) int32 {
+		t.Helper()
+		v, _, err := s.Of(ctx, uid, hint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	if err := create("pair", 100); err != nil {
+		t.Fatal(err)
+	}
+	if st := keys(); st.ByVNI[100].Value != "pair" || st.ByUID["pair"].Value != "100" {
+		t.Fatalf("pair layout wrote %+v", st)
+	}
+	if err := create("pair", 101); !errors.Is(err, ErrTaken) {
+		t.Errorf("pair layout, a second VNI for a UID with a uid key: %v, want ErrTaken", err)
+	}
+
+	s.Layout = LayoutSingle
+	if err := create("single", 110); err != nil {
+		t.Fatal(err)
+	}
+	st := keys()
+	if _, ok := st.ByUID["single"]; ok || st.ByVNI[110].Value != "single" || len(st.ByVNI) != 1+1 {
+		t.Fatalf("single layout wrote %+v", st)
+	}
+	if err := create("other", 110); !errors.Is(err, ErrTaken) {
+		t.Errorf("single layout, a taken VNI: %v, want ErrTaken", err)
+	}
+	for _, c := range []struct {
+		uid  string
+		hint int32
+		want int32
+	}{
+		{"single", 110, 110}, // the hint's key names it
+		{"single", 0, 0},     // no hint, no uid key
+		{"single", 111, 0},   // the hint's key is absent
+		{"other", 110, 0},    // the hint's key names another UID
+		{"pair", 0, 100},     // the uid key
+		{"pair", 110, 100},   // the uid key wins over the hint
+	} {
+		if got := of(c.uid, c.hint); got != c.want {
+			t.Errorf("Of(%s, %d) = %d, want %d", c.uid, c.hint, got, c.want)
+		}
+	}
+
+	noGuard := func([]*etcdserverpb.ResponseOp) error { return nil }
+	v, err := s.Assign(ctx, "assigned", nil, nil, noGuard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := keys(); st.ByVNI[v].Value != "assigned" || st.ByUID["assigned"].Value != fmt.Sprint(v) {
+		t.Errorf("Assign in the single layout wrote %+v for VNI %d", st, v)
+	}
+	if _, err := c.Txn(ctx).Then(s.DeleteOps("single", 110)...).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := keys().ByVNI[110]; ok {
+		t.Errorf("DeleteOps left the single layout's vni key")
 	}
 }
 

@@ -268,7 +268,7 @@ func (s *allocatingStore) Delete(ctx context.Context, key string, out runtime.Ob
 		var also []clientv3.Op
 		if s.vnis != nil && current.UID != "" {
 			// The Network's VNI keys go with it; the VNI key only if it still names this UID.
-			v, _, err := s.vnis.Of(ctx, string(current.UID))
+			v, _, err := s.vnis.Of(ctx, string(current.UID), current.Status.VNI)
 			if err != nil {
 				return storageError(err)
 			}

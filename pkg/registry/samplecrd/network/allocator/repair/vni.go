@@ -33,8 +33,10 @@ import (
 )
 
 // Kinds of violations of the VNI invariant: every Network has exactly one VNI, held by the pair
-// of keys <root>/uid/<uid> → vni and <root>/vni/<vni> → uid, no VNI is held twice, no key belongs
-// to a Network that is gone, and status.vni is the keys' VNI.
+// of keys <root>/uid/<uid> → vni and <root>/vni/<vni> → uid, or (the single layout) by the vni
+// key alone, whose VNI is the Network's status.vni; no VNI is held twice, no key belongs to a
+// Network that is gone, and status.vni is the keys' VNI. Both layouts are accepted whichever one
+// this server's creates write.
 const (
 	// ViolationVNIMissing: a Network without a VNI key (fixed: assigned).
 	ViolationVNIMissing = "vni-missing"
@@ -86,6 +88,9 @@ type vniState struct {
 	parsed      bool // its value is a number
 	canonical   bool // ... written as the server writes it
 	paired      bool // the vni key of that VNI names this Network
+	// single: the Network has no uid key, and the vni key of its status.vni names it (the
+	// single layout, segment.LayoutSingle).
+	single bool
 }
 
 // checkVNIs checks the VNI invariant at rev and fixes it, each key fix in a transaction guarded
@@ -156,7 +161,11 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, rev int64, netw
 			if ok && state[i].parsed && state[i].vni == e.VNI {
 				state[i].paired = true
 			}
-			if !ok || !state[i].has || !state[i].canonical || state[i].vni != e.VNI {
+			single := ok && !state[i].has && networks[i].vni != 0 && networks[i].vni == e.VNI
+			if single {
+				state[i].single = true
+			}
+			if !single && (!ok || !state[i].has || !state[i].canonical || state[i].vni != e.VNI) {
 				stray = append(stray, strayKey{e.VNI, e.Key})
 			}
 			// The Networks whose uid key names this VNI but which this key does not name.
@@ -183,9 +192,13 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, rev int64, netw
 		case !ok:
 			fixed, err := remove(k.Key, k.ModRevision)
 			report(ViolationVNINetworkGone, fixed, "VNI %d is held by network uid %s, which is gone%s", vni, k.Value, outcome(err))
+		case !state[i].has:
+			// The single layout: the Network's VNI is its status.vni, and this is another.
+			fixed, err := remove(k.Key, k.ModRevision)
+			report(ViolationVNIDuplicate, fixed, "VNI %d is held by network uid %s, which has no uid key and status.vni %d%s", vni, k.Value, networks[i].vni, outcome(err))
 		default:
-			// Keys are written in pairs: a VNI key whose Network's key names another VNI (or
-			// none) is a leftover, which would hold its VNI forever.
+			// A VNI key whose Network's uid key names another VNI is a leftover, which would
+			// hold its VNI forever.
 			fixed, err := remove(k.Key, k.ModRevision)
 			report(ViolationVNIDuplicate, fixed, "VNI %d is held by network uid %s, whose key names VNI %q%s", vni, k.Value, uidKeyValue(state[i], odd[i]), outcome(err))
 		}
@@ -201,8 +214,11 @@ func (r *Repair) checkVNIs(ctx context.Context, v *Verification, rev int64, netw
 		}
 		var vni int32
 		st := state[i]
-		ok := st.has
-		if ok {
+		ok := st.has || st.single
+		if st.single {
+			vni = sn.vni
+		}
+		if st.has {
 			if st.parsed && st.paired {
 				vni = st.vni
 			} else {
@@ -253,9 +269,9 @@ var errVNIKeysDiffer = errors.New("a VNI key differs from what its Network's cre
 // vniKeysHold is the VNI check of a verification after the first (which read every value),
 // reading keys without their values: true when every Network's pair is certainly as it should
 // be and no other key exists, false when anything else may be, for checkVNIs to read every value
-// and judge. A Network's create writes its uid key, the vni key of the VNI it picked and that VNI
-// as status.vni in one transaction, and nothing else writes either key but a fix or a pair
-// assigned later. So a key whose ModRevision is the CreateRevision of the Network expected there
+// and judge. A Network's create writes its uid key (not in the single layout), the vni key of the
+// VNI it picked and that VNI as status.vni in one transaction, and nothing else writes either key
+// but a fix or a pair assigned later. So a key whose ModRevision is the CreateRevision of the Network expected there
 // (the one whose UID, or whose status.vni, it is named after) holds what that create wrote: a
 // vni key names that Network, and a uid key names the VNI of the vni key written with it, which
 // is status.vni when that vni key is the one written by the same create. Other keys of live
@@ -332,9 +348,11 @@ func (r *Repair) vniKeysHold(ctx context.Context, rev int64, networks []etcdNetw
 		}
 		s := seen[i]
 		// A uid key read without its value names the VNI its create picked, status.vni only
-		// if the vni key of status.vni was written by that create too.
+		// if the vni key of status.vni was written by that create too. A Network without a
+		// uid key (the single layout) needs only the vni key of status.vni naming it.
+		hasUID := s&(uidAtCreate|uidRead) != 0
 		uid := s&uidRead != 0 || s&(uidAtCreate|vniAtCreate) == uidAtCreate|vniAtCreate
-		if !uid || s&(vniAtCreate|vniRead) == 0 {
+		if (hasUID && !uid) || s&(vniAtCreate|vniRead) == 0 {
 			return false, nil
 		}
 	}

@@ -374,3 +374,101 @@ func (f *fakeAllocations) setStatusVNI(t *testing.T, i int, vni int32) {
 	}
 	f.kvs[i].Value = data
 }
+
+// vniSingleAt adds the single layout's key of uid: the vni key alone, written at rev.
+func vniSingleAt(s *segment.Stored, uid string, vni int32, rev int64) {
+	s.ByVNI[vni] = segment.Key{Key: "/seg/vni/" + itoa(vni), Value: uid, ModRevision: rev}
+}
+
+// TestVerifyVNIsSingleLayout: a Network whose create wrote the vni key alone (the single layout)
+// holds its VNI when that key is the one of its status.vni, beside Networks with pairs; another
+// vni key naming it is a leftover; without the key of its status.vni it has none and is given
+// one. A later verification reading keys only vouches for single keys written by their creates,
+// and reads every value when one was written later, finding what a full read finds.
+func TestVerifyVNIsSingleLayout(t *testing.T) {
+	f := &fakeAllocations{}
+	keys := &fakeVNIKeys{stored: segment.Stored{ByVNI: map[int32]segment.Key{}, ByUID: map[string]segment.Key{}}}
+	s := &keys.stored
+	for i, name := range []string{"single", "pair", "extra", "lost", "taken"} {
+		vni, rev := int32(100+i), int64(10+i)
+		f.storesWithVNI(t, name, vni)
+		f.kvs[i].CreateRevision, f.kvs[i].ModRevision = rev, rev
+		switch name {
+		case "pair":
+			vniPairAt(s, "uid-pair", vni, "uid-pair", rev)
+		case "lost":
+			// no key: the single layout's key gone
+		case "taken":
+			vniSingleAt(s, "uid-single", vni, 60) // names another Network
+		default:
+			vniSingleAt(s, "uid-"+name, vni, rev)
+		}
+	}
+	var mirrored []string
+	mirror := func(_ context.Context, ns, name string, uid types.UID) error {
+		mirrored = append(mirrored, name)
+		return nil
+	}
+	r := New(f, allocator.Scoping{}, "/networks/", decodeJSON).WithVNIs(keys, mirror)
+	verify := func() []string {
+		t.Helper()
+		v, err := r.Verify(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, x := range v.Violations {
+			if !x.Fixed {
+				t.Errorf("not fixed: %s: %s", x.Kind, x.Detail)
+			}
+			out = append(out, x.Kind+": "+x.Detail)
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	// extra has a leftover besides its own key.
+	vniSingleAt(s, "uid-extra", 150, 70)
+	want := []string{
+		ViolationVNIDuplicate + ": VNI 104 is held by network uid uid-single, which has no uid key and status.vni 100",
+		ViolationVNIDuplicate + ": VNI 150 is held by network uid uid-extra, which has no uid key and status.vni 102",
+		ViolationVNIMissing + ": network default/lost (uid uid-lost) has no VNI key",
+		ViolationVNIMissing + ": network default/taken (uid uid-taken) has no VNI key",
+		ViolationVNIStatus + ": network default/lost (uid uid-lost) has status.vni 103, its key VNI 900",
+		ViolationVNIStatus + ": network default/taken (uid uid-taken) has status.vni 104, its key VNI 900",
+	}
+	if got := verify(); !slices.Equal(got, want) {
+		t.Errorf("found\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	slices.Sort(keys.removed)
+	if w := []string{"/seg/vni/104", "/seg/vni/150"}; !slices.Equal(keys.removed, w) {
+		t.Errorf("removed %v, want %v", keys.removed, w)
+	}
+	slices.Sort(keys.assigned)
+	if w := []string{"uid-lost", "uid-taken"}; !slices.Equal(keys.assigned, w) {
+		t.Errorf("assigned %v, want %v", keys.assigned, w)
+	}
+
+	// Mended as the fixes left it: single, pair and extra as created; lost and taken with the
+	// pairs their assignments wrote (after their creates), status.vni mirrored.
+	delete(s.ByVNI, 104)
+	delete(s.ByVNI, 150)
+	f.setStatusVNI(t, 3, 200)
+	f.setStatusVNI(t, 4, 201)
+	vniPairAt(s, "uid-lost", 200, "uid-lost", 90)
+	vniPairAt(s, "uid-taken", 201, "uid-taken", 91)
+	keys.eachs, keys.trusted, keys.valuesRead = 0, 0, 0
+	if got := verify(); len(got) != 0 {
+		t.Fatalf("after the fixes: %v", got)
+	}
+	if keys.eachs != 0 || keys.trusted != 4 || keys.valuesRead != 4 {
+		t.Errorf("a later verification: %d streams with every value, %d keys trusted, %d read with values; want 0, 4 (single, pair's two, extra), 4 (the assigned pairs)",
+			keys.eachs, keys.trusted, keys.valuesRead)
+	}
+	// A single key rewritten after its create (say, naming another Network) is read and judged.
+	s.ByVNI[100] = segment.Key{Key: "/seg/vni/100", Value: "uid-pair", ModRevision: 95}
+	got := verify()
+	if keys.eachs != 1 || !slices.Contains(got, ViolationVNIMissing+": network default/single (uid uid-single) has no VNI key") {
+		t.Errorf("after a single key was rewritten: %d full reads, found %v", keys.eachs, got)
+	}
+}
