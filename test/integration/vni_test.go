@@ -20,6 +20,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
+	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
 	clientscheme "github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/scheme"
 	"github.com/samplecrd/network-apiserver/test/integration/framework"
 )
@@ -353,4 +355,153 @@ func TestVNILoopGivesOldReplicaWritesAVNI(t *testing.T) {
 		return key != 0 && back == string(n.UID) && got.Status.VNI == key,
 			fmt.Sprintf("status.vni %d, uid key %d naming back %q", got.Status.VNI, key, back)
 	})
+}
+
+// TestVNISingleKeysBesidePairs: a replica with --vni-keys=single beside one writing pairs (the
+// default), on one etcd, creating at once: the single replica's creates write the VNI key alone
+// (status.vni names it), the other's both keys; no VNI is given twice; both verifiers, every
+// second, and a third replica's first verification (reading every value) find nothing to report
+// or repair in either form, and leave every key and status.vni as the creates wrote them; each
+// replica deletes the other's Networks with their keys.
+func TestVNISingleKeysBesidePairs(t *testing.T) {
+	pair := framework.StartForTest(t, "--allocation-verify-interval=1s")
+	single := framework.StartForTest(t, append(pair.EtcdFlags(), "--vni-keys=single", "--allocation-verify-interval=1s")...)
+	ns := testNamespace(t)
+	ctx := testContext(t)
+	clients := map[*framework.Server]versioned.Interface{pair: jsonClient(t, pair), single: protobufClient(t, single)}
+	etcd := ovlEtcd(t, pair)
+	defer etcd.Close()
+	// The metrics are the test process's: earlier tests' repairs count too.
+	repairsBefore := repairsTotal(t, pair)
+	const creates = 40
+	var mu sync.Mutex
+	created := map[string]*v1.Network{}
+	singles := map[string]bool{}
+	var wg sync.WaitGroup
+	for i := range creates {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := pair
+			if i%2 == 1 {
+				s = single
+			}
+			name := fmt.Sprintf("s%d", i)
+			n, err := clients[s].SamplecrdV1().Networks(ns).Create(ctx, newNetwork(name, fmt.Sprintf("10.56.%d.0/24", i), ""), metav1.CreateOptions{})
+			if err != nil {
+				t.Errorf("create %s: %v", name, err)
+				return
+			}
+			mu.Lock()
+			created[name], singles[name] = n, s == single
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	check := func(when string) {
+		t.Helper()
+		byVNI := map[int32]string{}
+		for name, n := range created {
+			got, err := clients[pair].SamplecrdV1().Networks(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := got.Status.VNI
+			if v == 0 || v != n.Status.VNI {
+				t.Errorf("%s: %s: status.vni %d, %d in the create's answer", when, name, v, n.Status.VNI)
+			}
+			if other, dup := byVNI[v]; dup {
+				t.Errorf("%s: %s and %s both have VNI %d", when, name, other, v)
+			}
+			byVNI[v] = name
+			resp, err := etcd.Get(ctx, vniKey(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != string(n.UID) {
+				t.Errorf("%s: %s: the key of its VNI %d: %v", when, name, v, resp.Kvs)
+			}
+			key, _ := vniKeys(t, etcd, n.UID)
+			switch {
+			case singles[name] && key != 0:
+				t.Errorf("%s: %s, created by the single replica, has a uid key (VNI %d)", when, name, key)
+			case !singles[name] && key != v:
+				t.Errorf("%s: %s, created by the pair replica, has uid key VNI %d, want %d", when, name, key, v)
+			}
+		}
+	}
+	check("after the creates")
+	// Two verifications of each replica begun after the creates (reading keys only, as the
+	// creates wrote them), and the first of a replica started now (reading every value).
+	fresh := framework.StartForTest(t, append(pair.EtcdFlags(), "--allocation-verify-interval=1s")...)
+	for _, s := range []*framework.Server{pair, single, fresh} {
+		ovlWaitForVerifications(t, s, verificationsDone(t, s)+2)
+		ovlWaitForMetrics(t, s, "network_allocation_violations",
+			map[string]float64{"vni-missing": 0, "vni-duplicate": 0, "vni-network-gone": 0, "vni-status": 0})
+	}
+	if after := repairsTotal(t, pair); !maps.Equal(after, repairsBefore) {
+		t.Errorf("the verifiers repaired something: network_allocation_repairs_total %v, before the creates %v", after, repairsBefore)
+	}
+	check("after the verifications")
+	for name, n := range created {
+		s := pair // each replica deletes the other's
+		if !singles[name] {
+			s = single
+		}
+		if err := clients[s].SamplecrdV1().Networks(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if key, _ := vniKeys(t, etcd, n.UID); key != 0 {
+			t.Errorf("%s deleted: its uid key still holds VNI %d", name, key)
+		}
+		resp, err := etcd.Get(ctx, vniKey(n.Status.VNI))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != 0 {
+			t.Errorf("%s deleted: the key of its VNI %d still names %s", name, n.Status.VNI, resp.Kvs[0].Value)
+		}
+	}
+}
+
+// repairsTotal is network_allocation_repairs_total by action.
+func repairsTotal(t *testing.T, s *framework.Server) map[string]float64 {
+	t.Helper()
+	got := map[string]float64{}
+	if err := ovlPollMetrics(t, s, func(body string) bool {
+		for _, line := range strings.Split(body, "\n") {
+			var action string
+			var v float64
+			if _, err := fmt.Sscanf(line, "network_allocation_repairs_total{action=%q} %g", &action, &v); err == nil {
+				got[action] = v
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// verificationsDone is how many verifications s has ended.
+func verificationsDone(t *testing.T, s *framework.Server) float64 {
+	t.Helper()
+	var total float64
+	if err := ovlPollMetrics(t, s, func(body string) bool {
+		for _, line := range strings.Split(body, "\n") {
+			if rest, ok := strings.CutPrefix(line, "network_allocation_verifications_total{"); ok {
+				var v float64
+				if _, err := fmt.Sscan(rest[strings.Index(rest, "}")+1:], &v); err == nil {
+					total += v
+				}
+			}
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return total
 }

@@ -101,6 +101,8 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 	} else if client, err = newEtcdClient(storage.Transport); err != nil {
 		return apiserver.ExtraConfig{}, nil, err
 	}
+	vnis := segment.New(client, storage.Prefix+"/segments", vniRange)
+	vnis.Layout = segment.Layout(o.VNIKeys)
 	return apiserver.ExtraConfig{
 		// The length records are a sibling of allocations/ too, for the same reason.
 		Allocator:      allocator.New(client, storage.Prefix+"/allocations").KeepLengths(storage.Prefix+"/allocation-lengths", guards),
@@ -114,7 +116,7 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 		Blocks: allocator.New(client, storage.Prefix+"/blocks"),
 		BlockSizes: blockstorage.BlockSizes{IPv4: o.BlockPrefixLengthV4, IPv6: o.BlockPrefixLengthV6,
 			MaxPerNode: o.MaxBlocksPerNode},
-		VNIs:              segment.New(client, storage.Prefix+"/segments", vniRange),
+		VNIs:              vnis,
 		BlockReleaseGrace: o.BlockReleaseGrace,
 		ClaimQuota:        &blockstorage.Quota{Identity: o.agentIdentity(), MaxFree: int64(o.MaxFreeAddressesPerNode)},
 	}, client, nil

@@ -93,6 +93,8 @@ type Options struct {
 	AgentKubeconfigNodes []string
 	// VNIRange is the range Networks' VNIs come from, "first-last".
 	VNIRange string
+	// VNIKeys is which keys a create writes for its VNI: "pair" or "single" (segment.Layout).
+	VNIKeys string
 	// BlockReleaseGrace is the least time between the two observations that release a node's
 	// blocks (pkg/registry/samplecrd/blockallocation/release).
 	BlockReleaseGrace time.Duration
@@ -138,6 +140,7 @@ func NewOptions(out io.Writer) *Options {
 		MaxFreeAddressesPerNode:  blockstorage.DefaultMaxFreeAddresses,
 		AgentIdentity:            slices.Clone(nodeidentity.DefaultAgents),
 		VNIRange:                 segment.DefaultRange.String(),
+		VNIKeys:                  string(segment.LayoutPair),
 		BlockReleaseGrace:        release.DefaultGrace,
 		CapacityMetrics:          capacitymetrics.Options{Mode: capacitymetrics.ModeNetwork, MaxNetworks: capacitymetrics.DefaultMaxNetworks},
 		Out:                      out,
@@ -210,6 +213,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 			"that authenticates as system:network-agent:<node>, for `network-apiserver agent --kubeconfig` on that node.")
 	fs.StringVar(&o.VNIRange, "vni-range", o.VNIRange,
 		"The VXLAN network identifiers Networks get, first-last (inclusive, 1 to 16777215); each Network holds one, unique cluster-wide. Narrowing it leaves VNIs outside it held.")
+	fs.StringVar(&o.VNIKeys, "vni-keys", o.VNIKeys,
+		"Which etcd keys a create writes for its Network's VNI: \"pair\" (the VNI's key and the Network's uid key, as builds before the single layout; "+
+			"safe beside them) or \"single\" (the VNI's key alone, status.vni pointing at it: one key less per Network, "+
+			"but only once every replica runs a build that reads it, this one or later). Every build since reads both.")
 	fs.DurationVar(&o.BlockReleaseGrace, "block-release-grace", o.BlockReleaseGrace,
 		"A node's address blocks of a Network are released when two observations this far apart both find that none of its pods can hold an address "+
 			"in them (standalone: the node has no status.nodes entry; attached: its Node is deleted and its entry is gone or reports leases: 0), "+
@@ -316,6 +323,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxFreeAddressesPerNode < 0 {
 		errs = append(errs, fmt.Errorf("--max-free-addresses-per-node %d must not be negative", o.MaxFreeAddressesPerNode))
+	}
+	if o.VNIKeys != string(segment.LayoutPair) && o.VNIKeys != string(segment.LayoutSingle) {
+		errs = append(errs, fmt.Errorf("--vni-keys %q must be %q or %q", o.VNIKeys, segment.LayoutPair, segment.LayoutSingle))
 	}
 	if _, err := segment.ParseRange(o.VNIRange); err != nil {
 		errs = append(errs, fmt.Errorf("--vni-range: %w", err))
