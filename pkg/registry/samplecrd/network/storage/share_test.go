@@ -114,16 +114,24 @@ func TestDecodedNetworksShareTheirRepeatingParts(t *testing.T) {
 			if a.ManagedFields[0].FieldsV1 != b.ManagedFields[0].FieldsV1 || a.ManagedFields[0].Time != b.ManagedFields[0].Time {
 				t.Error("the managed fields' field set or time is not shared")
 			}
+			if a.Status.Capacity != b.Status.Capacity {
+				t.Error("status.capacity, the same in both, is not shared")
+			}
 			if sameData(a.Name, b.Name) || sameData(a.Status.Nodes[0].Bridge, b.Status.Nodes[0].Bridge) {
 				t.Error("parts that differ point at one copy")
 			}
-			other := decode(sharing, sharingSample(3, `{"f:spec":{".":{},"f:cidr":{}}}`))
+			third := sharingSample(3, `{"f:spec":{".":{},"f:cidr":{}}}`)
+			third.Status.Capacity.Used, third.Status.Capacity.Available = "3", "250"
+			other := decode(sharing, third)
 			if f := other.ManagedFields[0].FieldsV1; f == a.ManagedFields[0].FieldsV1 || string(f.Raw) != `{"f:spec":{".":{},"f:cidr":{}}}` {
 				t.Errorf("a different field set decoded as %s", f.Raw)
 			}
+			if c := other.Status.Capacity; c == a.Status.Capacity || c.Used != "3" || c.Available != "250" || c.Total != "253" {
+				t.Errorf("a different status.capacity decoded as %+v (shared with the others: %v)", *c, c == a.Status.Capacity)
+			}
 
 			x, y := decode(plain, sharingSample(1, spec)), decode(plain, sharingSample(2, spec))
-			if sameData(x.Finalizers[0], y.Finalizers[0]) || x.ManagedFields[0].FieldsV1 == y.ManagedFields[0].FieldsV1 {
+			if sameData(x.Finalizers[0], y.Finalizers[0]) || x.ManagedFields[0].FieldsV1 == y.ManagedFields[0].FieldsV1 || x.Status.Capacity == y.Status.Capacity {
 				t.Error("the codec alone shares parts: this test cannot tell sharing apart")
 			}
 		})
