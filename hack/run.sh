@@ -33,8 +33,9 @@ UNSAFE_HOST_NETWORK=${UNSAFE_HOST_NETWORK:-}
 
 read -r -a extra <<<"${CONTROLLER_FLAGS}"
 # One server, started on its own: no replica of an older build writes beside it, so creates may
-# trust the length records (docs/allocation.md, "The length record").
-args=(--data-dir "${DATA_DIR}" --bind-address 127.0.0.1 --secure-port "${PORT}" --allocation-guards=recorded)
+# trust the length records and write one VNI key per Network (docs/allocation.md, "The length
+# record", "One VNI key per Network").
+args=(--data-dir "${DATA_DIR}" --bind-address 127.0.0.1 --secure-port "${PORT}" --allocation-guards=recorded --vni-keys=single)
 
 # has_cap N: whether this shell's effective capability set holds capability number N.
 has_cap() {
