@@ -699,15 +699,7 @@ func ovlWaitForVerifications(t *testing.T, s *framework.Server, n float64) {
 	t.Helper()
 	var total float64
 	err := ovlPollMetrics(t, s, func(body string) bool {
-		total = 0
-		for _, line := range strings.Split(body, "\n") {
-			if rest, ok := strings.CutPrefix(line, "network_allocation_verifications_total{"); ok {
-				var v float64
-				if _, err := fmt.Sscan(rest[strings.Index(rest, "}")+1:], &v); err == nil {
-					total += v
-				}
-			}
-		}
+		total = verificationsIn(body)
 		return total >= n
 	})
 	if err != nil {

@@ -491,17 +491,24 @@ func verificationsDone(t *testing.T, s *framework.Server) float64 {
 	t.Helper()
 	var total float64
 	if err := ovlPollMetrics(t, s, func(body string) bool {
-		for _, line := range strings.Split(body, "\n") {
-			if rest, ok := strings.CutPrefix(line, "network_allocation_verifications_total{"); ok {
-				var v float64
-				if _, err := fmt.Sscan(rest[strings.Index(rest, "}")+1:], &v); err == nil {
-					total += v
-				}
-			}
-		}
+		total = verificationsIn(body)
 		return true
 	}); err != nil {
 		t.Fatal(err)
+	}
+	return total
+}
+
+// verificationsIn sums network_allocation_verifications_total (every result) in a /metrics body.
+func verificationsIn(body string) float64 {
+	var total float64
+	for _, line := range strings.Split(body, "\n") {
+		if rest, ok := strings.CutPrefix(line, "network_allocation_verifications_total{"); ok {
+			var v float64
+			if _, err := fmt.Sscan(rest[strings.Index(rest, "}")+1:], &v); err == nil {
+				total += v
+			}
+		}
 	}
 	return total
 }

@@ -244,8 +244,8 @@ func (s *VNIs) Of(ctx context.Context, uid string, hint int32) (int32, int64, er
 	return 0, 0, nil
 }
 
-// DeleteOps are the ops of a Network's delete transaction that remove its keys, given the VNI its
-// uid key held when read (0: none): the uid key, and the VNI key only if it still names uid.
+// DeleteOps are the ops of a Network's delete transaction that remove its keys, given the VNI Of
+// read for it (0: none): the uid key, and the VNI key only if it still names uid.
 func (s *VNIs) DeleteOps(uid string, v int32) []clientv3.Op {
 	ops := []clientv3.Op{clientv3.OpDelete(s.UIDKey(uid))}
 	if v != 0 {
@@ -259,9 +259,8 @@ func (s *VNIs) DeleteOps(uid string, v int32) []clientv3.Op {
 // Assign gives uid a VNI outside any Network transaction (the repair, for a Network stored
 // without one), guarded by cmps (the Network unchanged); it probes on conflict. It writes both
 // keys in either layout: the uid key absent is what keeps two replicas from giving one Network
-// two VNIs at once. It returns the
-// VNI, ErrTaken when uid got one meanwhile, changed (from check over probes) when the guard of
-// cmps failed, or an *ExhaustedError.
+// two VNIs at once. It returns the VNI, ErrTaken when uid got one meanwhile, changed (from check
+// over probes) when the guard of cmps failed, or an *ExhaustedError.
 func (s *VNIs) Assign(ctx context.Context, uid string, cmps []clientv3.Cmp, probes []clientv3.Op,
 	check func([]*etcdserverpb.ResponseOp) error) (int32, error) {
 	for attempt := 0; attempt < 16; attempt++ {

@@ -271,8 +271,9 @@ var errVNIKeysDiffer = errors.New("a VNI key differs from what its Network's cre
 // be and no other key exists, false when anything else may be, for checkVNIs to read every value
 // and judge. A Network's create writes its uid key (not in the single layout), the vni key of the
 // VNI it picked and that VNI as status.vni in one transaction, and nothing else writes either key
-// but a fix or a pair assigned later. So a key whose ModRevision is the CreateRevision of the Network expected there
-// (the one whose UID, or whose status.vni, it is named after) holds what that create wrote: a
+// but a fix or a pair assigned later. So a key whose ModRevision is the CreateRevision of the
+// Network expected there (the one whose UID, or whose status.vni, it is named after) holds what
+// that create wrote: a
 // vni key names that Network, and a uid key names the VNI of the vni key written with it, which
 // is status.vni when that vni key is the one written by the same create. Other keys of live
 // Networks are read with their values (pairs assigned after the create, by the segment loop or
