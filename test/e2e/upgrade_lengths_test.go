@@ -61,20 +61,7 @@ func TestUpgradeToLengthRecords(t *testing.T) {
 		commit = beforeLengthRecords
 	}
 	old := binaryAt(t, commit, "before-lengths")
-	etcdDir := t.TempDir()
-	etcd, err := localcluster.StartEtcd(context.Background(), etcdDir, filepath.Join(repoRoot, "_output", "bin"), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(etcd.Stop)
-	args := []string{"--controllers=false", "--etcd-servers", strings.Join(etcd.Endpoints, ","),
-		"--etcd-cafile", etcd.PKI.CAFile, "--etcd-certfile", etcd.Client.Cert, "--etcd-keyfile", etcd.Client.Key,
-		"--allocation-verify-interval", "2s"}
-	etcdClient, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints, TLS: etcd.TLS, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcdClient.Close()
+	args, etcdClient := sharedEtcd(t)
 
 	olds := startStandaloneFrom(t, standaloneFiles{binary: old}, args...)
 	all := startStandaloneFrom(t, standaloneFiles{}, append(args, "--allocation-guards=all")...)
@@ -113,6 +100,27 @@ func TestUpgradeToLengthRecords(t *testing.T) {
 	lengths = checkLengthsRecorded(t, etcdClient, recorded.clientset(t))
 	waitVerified(t, map[string]versioned.Interface{"all": all.clientset(t), "recorded": recorded.clientset(t)})
 	t.Logf("round 2: %d creates won; lengths recorded %v", won, lengths)
+}
+
+// sharedEtcd starts a one-member etcd for the replicas of a two-build test, stopped when the test
+// ends. It returns the replicas' arguments (that etcd, controllers off, a verification every 2 s)
+// and a client of it, closed when the test ends.
+func sharedEtcd(t *testing.T) ([]string, *clientv3.Client) {
+	t.Helper()
+	etcd, err := localcluster.StartEtcd(context.Background(), t.TempDir(), filepath.Join(repoRoot, "_output", "bin"), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Stop)
+	args := []string{"--controllers=false", "--etcd-servers", strings.Join(etcd.Endpoints, ","),
+		"--etcd-cafile", etcd.PKI.CAFile, "--etcd-certfile", etcd.Client.Cert, "--etcd-keyfile", etcd.Client.Key,
+		"--allocation-verify-interval", "2s"}
+	client, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints, TLS: etcd.TLS, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return args, client
 }
 
 // fastClient is a clientset for s without client-side rate limits: the races are not spaced out.

@@ -20,19 +20,16 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
-	"github.com/samplecrd/network-apiserver/test/localcluster"
 )
 
 // beforeSingleVNIKeys is the last release whose verifier reads only VNI key pairs
@@ -55,19 +52,7 @@ func TestUpgradeToSingleVNIKeys(t *testing.T) {
 		commit = beforeSingleVNIKeys
 	}
 	old := binaryAt(t, commit, "before-single-vni")
-	etcd, err := localcluster.StartEtcd(context.Background(), t.TempDir(), filepath.Join(repoRoot, "_output", "bin"), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(etcd.Stop)
-	args := []string{"--controllers=false", "--etcd-servers", strings.Join(etcd.Endpoints, ","),
-		"--etcd-cafile", etcd.PKI.CAFile, "--etcd-certfile", etcd.Client.Cert, "--etcd-keyfile", etcd.Client.Key,
-		"--allocation-verify-interval", "2s"}
-	etcdClient, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints, TLS: etcd.TLS, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcdClient.Close()
+	args, etcdClient := sharedEtcd(t)
 
 	olds := startStandaloneFrom(t, standaloneFiles{binary: old}, args...)
 	pair := startStandaloneFrom(t, standaloneFiles{}, append(args, "--vni-keys=pair")...)

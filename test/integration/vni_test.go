@@ -154,16 +154,7 @@ func TestVNIConcurrentCreatesTwoReplicas(t *testing.T) {
 		if err := c.SamplecrdV1().Networks(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if key, _ := vniKeys(t, etcd, n.UID); key != 0 {
-			t.Errorf("%s deleted: its uid key still holds VNI %d", name, key)
-		}
-		resp, err := etcd.Get(ctx, vniKey(n.Status.VNI))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(resp.Kvs) != 0 {
-			t.Errorf("%s deleted: the key of its VNI %d still names %s", name, n.Status.VNI, resp.Kvs[0].Value)
-		}
+		checkVNIKeysGone(t, etcd, n)
 	}
 }
 
@@ -454,16 +445,23 @@ func TestVNISingleKeysBesidePairs(t *testing.T) {
 		if err := clients[s].SamplecrdV1().Networks(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if key, _ := vniKeys(t, etcd, n.UID); key != 0 {
-			t.Errorf("%s deleted: its uid key still holds VNI %d", name, key)
-		}
-		resp, err := etcd.Get(ctx, vniKey(n.Status.VNI))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(resp.Kvs) != 0 {
-			t.Errorf("%s deleted: the key of its VNI %d still names %s", name, n.Status.VNI, resp.Kvs[0].Value)
-		}
+		checkVNIKeysGone(t, etcd, n)
+	}
+}
+
+// checkVNIKeysGone checks that the deleted Network n left no VNI key: neither its uid key nor
+// the key of its status.vni.
+func checkVNIKeysGone(t *testing.T, etcd *clientv3.Client, n *v1.Network) {
+	t.Helper()
+	if key, _ := vniKeys(t, etcd, n.UID); key != 0 {
+		t.Errorf("%s deleted: its uid key still holds VNI %d", n.Name, key)
+	}
+	resp, err := etcd.Get(context.Background(), vniKey(n.Status.VNI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 {
+		t.Errorf("%s deleted: the key of its VNI %d still names %s", n.Name, n.Status.VNI, resp.Kvs[0].Value)
 	}
 }
 
