@@ -140,7 +140,30 @@ type Allocator struct {
 	scanner *etcdscan.Scanner
 	// lengths, when set, are the length records this allocator keeps (KeepLengths).
 	lengths *lengthRecords
+	// Gateways says, for the block keyspace, whether Networks' gateways have keys in it
+	// (GatewayKeysWrite when empty).
+	Gateways GatewayKeys
 }
+
+// GatewayKeys says whether the Networks' gateways have keys in the block keyspace.
+type GatewayKeys string
+
+const (
+	// GatewayKeysWrite: every Network's gateway has a key in its block scope (role gateway), which
+	// every block's guard sees: a create writes it, a gateway change moves it and a claim writes
+	// it where it is missing, as every build before GatewayKeysNone does.
+	GatewayKeysWrite GatewayKeys = "write"
+	// GatewayKeysNone: no gateway key. A claim picks its block around the gateway of the Network
+	// as read together with the Network's allocation key, and is guarded by that key's
+	// ModRevision; a gateway change writes the allocation key again (so every claim that read the
+	// old gateway fails) and guards the new gateway against the blocks without storing it. Only
+	// once every replica runs a build that guards claims so (this one or later, in either mode):
+	// an older build's claim sees no gateway.
+	GatewayKeysNone GatewayKeys = "none"
+)
+
+// WritesGatewayKeys says whether Networks' gateways have keys in this (block) allocator.
+func (a *Allocator) WritesGatewayKeys() bool { return a.Gateways != GatewayKeysNone }
 
 // New returns an allocator storing its keys under root (for example "/registry/samplecrd.k8s.io/allocations").
 func New(client *clientv3.Client, root string) *Allocator {
@@ -323,6 +346,17 @@ func (a *Allocator) Write(ctx context.Context, al Allocation, cmps []clientv3.Cm
 	return a.guardedWrite(ctx, al, cmps, probes, check, ops...)
 }
 
+// Guard commits ops in one transaction that holds only if nothing overlapping al is stored and
+// cmps hold, as Write does, but stores no key for al: the guard of an address that must stay
+// outside every block (a gateway moved with --gateway-keys=none).
+func (a *Allocator) Guard(ctx context.Context, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
+	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
+	if check == nil {
+		check = func([]*etcdserverpb.ResponseOp) error { return nil }
+	}
+	return a.guardedWriteStoring(ctx, al, false, cmps, probes, check, ops...)
+}
+
 // Restore writes the missing allocation al of the Network stored at objKey, if that Network is
 // still the incarnation created at objCreateRevision and nothing overlaps al. It returns
 // ErrObjectChanged or an *OverlapError otherwise.
@@ -372,6 +406,18 @@ func (a *Allocator) Remove(ctx context.Context, key string, modRevision int64) (
 		return false, err
 	}
 	return resp.Succeeded, nil
+}
+
+// GetRevision is Get, and the revision it read at.
+func (a *Allocator) GetRevision(ctx context.Context, key string) (*mvccpb.KeyValue, int64, error) {
+	resp, err := a.client.Get(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, resp.Header.Revision, nil
+	}
+	return resp.Kvs[0], resp.Header.Revision, nil
 }
 
 // Get reads one key (a Network's, for a delete) through the client the transactions use: nil

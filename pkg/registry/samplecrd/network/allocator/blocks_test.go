@@ -21,6 +21,8 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestNetworkValueUnchanged: the new record fields are omitted from a Network's own allocation,
@@ -107,5 +109,54 @@ func TestBlocksAgainstEtcd(t *testing.T) {
 	}
 	if p, err := a.PickBlock(ctx, "uid", prefix, 29); err != nil || p != netip.MustParsePrefix("10.9.0.8/29") {
 		t.Fatalf("PickBlock /29 = %v, %v; want the free half beside the gateway", p, err)
+	}
+}
+
+// TestBlocksWithoutGatewayKey: with no gateway key (GatewayKeysNone) the claims' picks avoid
+// the gateway they are given, and Guard checks a gateway against the blocks, commits the ops
+// given with it and stores no key for it.
+func TestBlocksWithoutGatewayKey(t *testing.T) {
+	ctx := context.Background()
+	client := startEtcd(t)
+	a := New(client, "/r/blocks")
+	prefix := netip.MustParsePrefix("10.9.0.0/24")
+	owner := Owner{Namespace: "ns", Name: "net", UID: "uid"}
+	gwAddr := netip.MustParseAddr("10.9.0.1")
+	gw := Allocation{Scope: "uid", Prefix: netip.PrefixFrom(gwAddr, 32), Owner: owner, Role: RoleGateway, Within: prefix}
+	if _, err := a.Guard(ctx, gw, nil, nil, nil, clientv3.OpPut("/r/other", "x")); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := client.Get(ctx, "/r/", clientv3.WithPrefix()); err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Key) != "/r/other" {
+		t.Fatalf("after Guard: %v, %v; want only the op given with it", resp, err)
+	}
+	block := Allocation{Scope: "uid", Owner: owner, Node: "n1", Role: RoleBlock, Within: prefix}
+	for range 15 { // 16 /28s, less the one with the gateway
+		p, err := a.PickBlock(ctx, "uid", prefix, 28, gwAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Contains(gwAddr) {
+			t.Fatalf("PickBlock = %v: contains the gateway %s", p, gwAddr)
+		}
+		block.Prefix = p
+		if _, err := a.Write(ctx, block, nil, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, err := a.PickBlock(ctx, "uid", prefix, 28, gwAddr); !errors.As(err, new(*ExhaustedError)) {
+		t.Fatalf("PickBlock of a full prefix = %v, %v", p, err)
+	}
+	if p, err := a.PickBlock(ctx, "uid", prefix, 29, gwAddr); err != nil || p != netip.MustParsePrefix("10.9.0.8/29") {
+		t.Fatalf("PickBlock /29 = %v, %v; want the free half beside the gateway", p, err)
+	}
+	moved := gw
+	moved.Prefix = netip.MustParsePrefix("10.9.0.70/32")
+	_, err := a.Guard(ctx, moved, nil, nil, nil, clientv3.OpPut("/r/other", "y"))
+	var overlap *OverlapError
+	if !errors.As(err, &overlap) || overlap.Other.Role != RoleBlock || !overlap.Other.Prefix.Contains(moved.Prefix.Addr()) {
+		t.Fatalf("Guard of a gateway inside a block: %v", err)
+	}
+	if resp, err := client.Get(ctx, "/r/other"); err != nil || string(resp.Kvs[0].Value) != "x" {
+		t.Fatalf("the op given with a failed Guard was committed: %v, %v", resp, err)
 	}
 }

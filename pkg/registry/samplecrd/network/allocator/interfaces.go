@@ -35,6 +35,7 @@ type Interface interface {
 		check func([]*etcdserverpb.ResponseOp) error, also ...clientv3.Op) (int64, error)
 	Delete(ctx context.Context, objKey string, modRevision int64, al *Allocation, also ...clientv3.Op) (bool, int64, error)
 	Get(ctx context.Context, key string) (*mvccpb.KeyValue, error)
+	Key(scope string, p netip.Prefix) string
 	Check(ctx context.Context, al Allocation) error
 	Pick(ctx context.Context, scope string, pool netip.Prefix, bits, attempt int) (netip.Prefix, error)
 }

@@ -21,6 +21,7 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -55,13 +56,14 @@ const blockPickSpread = 4
 // blockPickSpread. Blocks fill a prefix from its low end, so its high end stays free the longest
 // (where an administrator can still move the gateway), and nodes claiming at once still rarely
 // pick the same; a claim that loses a race picks again. Nothing in scope may extend beyond pool.
-// It returns an *ExhaustedError when no free /bits is left.
-func (a *Allocator) PickBlock(ctx context.Context, scope string, pool netip.Prefix, bits int) (netip.Prefix, error) {
+// A block never holds an address of avoid (the Network's gateway, which has no key of its own
+// when --gateway-keys=none). It returns an *ExhaustedError when no free /bits is left.
+func (a *Allocator) PickBlock(ctx context.Context, scope string, pool netip.Prefix, bits int, avoid ...netip.Addr) (netip.Prefix, error) {
 	pool = pool.Masked()
 	if bits < pool.Bits() || bits > pool.Addr().BitLen() {
 		return netip.Prefix{}, &ExhaustedError{Pool: pool, Bits: bits}
 	}
-	free, err := a.freeBlocksWithin(ctx, scope, pool, bits, blockPickSpread, true)
+	free, err := a.freeBlocksWithin(ctx, scope, pool, bits, blockPickSpread, true, avoid...)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
@@ -77,8 +79,8 @@ func (a *Allocator) freeBlocks(ctx context.Context, scope string, pool netip.Pre
 }
 
 // freeBlocksWithin is freeBlocks; with within, nothing in scope extends beyond pool, so no
-// container key is read.
-func (a *Allocator) freeBlocksWithin(ctx context.Context, scope string, pool netip.Prefix, bits, limit int, within bool) ([]netip.Prefix, error) {
+// container key is read. The addresses of avoid count as used.
+func (a *Allocator) freeBlocksWithin(ctx context.Context, scope string, pool netip.Prefix, bits, limit int, within bool, avoid ...netip.Addr) ([]netip.Prefix, error) {
 	s := a.spanOf(scope, pool)
 	if within {
 		s.containers = nil
@@ -101,6 +103,15 @@ func (a *Allocator) freeBlocksWithin(ctx context.Context, scope string, pool net
 				used = append(used, p)
 			}
 		}
+	}
+	if len(avoid) > 0 {
+		for _, ad := range avoid {
+			if pool.Contains(ad) {
+				used = append(used, netip.PrefixFrom(ad, ad.BitLen()))
+			}
+		}
+		// The keys came in address order; the gaps below are found in that order.
+		slices.SortFunc(used, func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
 	}
 	is4 := pool.Addr().Is4()
 	size := new(big.Int).Lsh(big.NewInt(1), uint(pool.Addr().BitLen()-bits))

@@ -246,8 +246,16 @@ func (a *Allocator) overlapWith(al Allocation, kv *mvccpb.KeyValue) error {
 // etcd's --max-txn-ops with the record's (a /126 with 126 container keys) guards every length.
 func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
 	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
+	return a.guardedWriteStoring(ctx, al, true, cmps, probes, check, ops...)
+}
+
+// guardedWriteStoring is guardedWrite; without store it guards al alone and writes no key for it.
+func (a *Allocator) guardedWriteStoring(ctx context.Context, al Allocation, store bool, cmps []clientv3.Cmp, probes []clientv3.Op,
+	check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error) {
 	s := a.spanWithin(al.Scope, al.Prefix, al.Within)
-	ops = append(ops, clientv3.OpPut(s.key, Value(al)))
+	if store {
+		ops = append(slices.Clip(ops), clientv3.OpPut(s.key, Value(al)))
+	}
 	// guardReads: how many keys a lost write reads before the record (probes, then s.reads()).
 	guardReads := len(probes) + 1 + len(s.containers)
 	var record string // the length record's key prefix; empty without one
@@ -314,7 +322,7 @@ func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clie
 			guards = append(guards, noLengthSince(record, rec.readAt))
 		}
 		then := ops
-		adds := record != "" && !rec.set.has(bits)
+		adds := store && record != "" && !rec.set.has(bits)
 		if adds {
 			then = append(slices.Clip(ops), clientv3.OpPut(lengthKey(record, bits), ""))
 		}
@@ -324,7 +332,9 @@ func (a *Allocator) guardedWrite(ctx context.Context, al Allocation, cmps []clie
 		}
 		if resp.Succeeded {
 			guardedWrites.WithLabelValues("committed").Inc()
-			a.seen.set(s.key, resp.Header.Revision, al.Prefix)
+			if store {
+				a.seen.set(s.key, resp.Header.Revision, al.Prefix)
+			}
 			if adds {
 				a.lengths.added(record, bits, rec.readAt, resp.Header.Revision, unguarded)
 			}

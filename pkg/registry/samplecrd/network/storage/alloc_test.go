@@ -85,6 +85,8 @@ func (f *fakeAllocator) Delete(context.Context, string, int64, *allocator.Alloca
 	return false, 0, errors.New("not used")
 }
 
+func (f *fakeAllocator) Key(scope string, p netip.Prefix) string { return scope + "/" + p.String() }
+
 func (f *fakeAllocator) Get(context.Context, string) (*mvccpb.KeyValue, error) {
 	return nil, errors.New("not used")
 }
