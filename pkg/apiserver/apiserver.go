@@ -176,7 +176,13 @@ func (c CompletedConfig) New() (*Server, error) {
 		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["blockallocations"] = blockAllocations
 		group.VersionedResourcesStorageMap[v1.SchemeGroupVersion.Version]["networks/blockclaims"] = &blockstorage.ClaimREST{
 			Blocks: c.extra.Blocks, Networks: storage.Etcd, Objects: blockAllocations.Etcd, Sizes: sizes, NodeLabels: c.extra.NodeLabels,
-			Quota: c.extra.ClaimQuota}
+			Quota: c.extra.ClaimQuota, AllocationKey: func(n *samplecrd.Network) (string, bool) {
+				al, ok := c.extra.Scoping.AllocationOf(n)
+				if !ok {
+					return "", false
+				}
+				return c.extra.Allocator.Key(al.Scope, al.Prefix), true
+			}}
 	}
 	group.VersionedResourcesStorageMap[v1beta1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"networks":        &v1beta1Networks{storage.Network},

@@ -92,6 +92,13 @@ func blkObjectKeys(t *testing.T, c *clientv3.Client, ns, network string) []strin
 // inside the prefix. It returns the number of blocks.
 func blkCheck(t *testing.T, c versioned.Interface, etcd *clientv3.Client, ns string, n *v1.Network) int {
 	t.Helper()
+	return blkCheckGatewayKeys(t, c, etcd, ns, n, 1)
+}
+
+// blkCheckGatewayKeys is blkCheck for a Network with gatewayKeys gateway keys (-1: 0 or 1,
+// where --gateway-keys=none and write replicas share one etcd).
+func blkCheckGatewayKeys(t *testing.T, c versioned.Interface, etcd *clientv3.Client, ns string, n *v1.Network, gatewayKeys int) int {
+	t.Helper()
 	ctx := testContext(t)
 	prefix := netip.MustParsePrefix(n.Spec.CIDR)
 	gw := netip.MustParseAddr(n.Spec.Gateway)
@@ -137,8 +144,8 @@ func blkCheck(t *testing.T, c versioned.Interface, etcd *clientv3.Client, ns str
 			t.Errorf("key of role %q: %+v", r.Role, r)
 		}
 	}
-	if gateways != 1 {
-		t.Errorf("%d gateway keys, want 1", gateways)
+	if gateways != gatewayKeys && (gatewayKeys >= 0 || gateways > 1) {
+		t.Errorf("%d gateway keys, want %d", gateways, gatewayKeys)
 	}
 	if fmt.Sprint(fromKeys) != fmt.Sprint(fromObjects) {
 		t.Errorf("block keys %v != the objects' blocks %v", fromKeys, fromObjects)

@@ -34,7 +34,8 @@ import (
 // (<prefix>/blocks/<uid>/<family>/<hex>, role "block") are exactly the blocks its
 // BlockAllocations list, each with the Network's namespace, name, UID and the listing object's
 // node; every block is inside the Network's prefix; no two overlap; none contains the gateway,
-// whose key (role "gateway") is the only other key of the scope; the VNI keys
+// whose key (role "gateway"; none where the servers write none) is the only other key of the
+// scope; the VNI keys
 // (<prefix>/segments/vni/<vni> = uid, <prefix>/segments/uid/<uid> = vni) agree with each other
 // and with status.vni. No block key, BlockAllocation or VNI key belongs to a Network that is not
 // stored (a deleted Network leaves none).
@@ -282,7 +283,7 @@ func (l layout) networkBlockViolations(n network, keys []storedBlock, objects []
 	switch {
 	case gatewayKeys > 1:
 		add(vGatewayKey, "network %s has %d gateway keys", describeNet(n), gatewayKeys)
-	case gatewayKeys == 0 && hasGateway && l.Blocks:
+	case gatewayKeys == 0 && hasGateway && l.Blocks && !l.NoGatewayKeys:
 		add(vGatewayKey, "network %s has no key for its gateway %s", describeNet(n), gw)
 	}
 	return out

@@ -307,6 +307,38 @@ func TestBlockInvariantCatches(t *testing.T) {
 	}
 }
 
+// createdNoGatewayKey is the create transaction with --gateway-keys=none (and single VNI keys).
+func (n bnet) createdNoGatewayKey(t *testing.T, rev int64) []kvEvent {
+	ev := n.createdSingle(t, rev)
+	return append(ev[:2:2], ev[3:]...)
+}
+
+// TestBlockInvariantWithoutGatewayKeys: where the servers write no gateway keys, a Network
+// without one is no violation, but a block holding its gateway still is, and so is a gateway
+// key that is not its gateway's.
+func TestBlockInvariantWithoutGatewayKeys(t *testing.T) {
+	l := blockLayout
+	l.NoGatewayKeys = true
+	moveInto := []kvEvent{{Rev: 4, Key: netKey("a", "x"), Value: bnet{ns: "a", name: "x", uid: "u1", cidr: netX.cidr, gateway: "10.1.0.70", vni: netX.vni}.value(t)}}
+	for name, tc := range map[string]struct {
+		events []kvEvent
+		want   []string
+	}{
+		"created and claimed without a gateway key": {events: join(netX.createdNoGatewayKey(t, 2), netX.claimed(t, 3, "n0", "10.1.0.64/26"))},
+		"an older replica's gateway key":            {events: join(netX.createdSingle(t, 2), netX.claimed(t, 3, "n0", "10.1.0.64/26"))},
+		"the gateway moved into a block": {
+			events: join(netX.createdNoGatewayKey(t, 2), netX.claimed(t, 3, "n0", "10.1.0.64/26"), moveInto),
+			want:   []string{"invariant/gateway-in-block@4..4"},
+		},
+		"a gateway key left by a move": {
+			events: join(netX.createdSingle(t, 2), []kvEvent{moveInto[0]}),
+			want:   []string{"invariant/gateway-key@4..4"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { wantKinds(t, replayHistory(l, tc.events), tc.want...) })
+	}
+}
+
 // TestClaimChecks: an acknowledged claim must be in the history as answered; a claim's answers
 // are part of its Network name's linearizability.
 func TestClaimChecks(t *testing.T) {

@@ -101,6 +101,9 @@ func startCluster(ctx context.Context, dir, bin string, sc scenario) (*cluster, 
 		if sc.VNIKeys != "" {
 			args = append(args, "--vni-keys", sc.VNIKeys)
 		}
+		if sc.GatewayKeys != "" {
+			args = append(args, "--gateway-keys", sc.GatewayKeys)
+		}
 		if sc.Embedded {
 			// A fixed client port, so that the suite's etcd client finds it again after a restart.
 			args = append(args, "--embedded-etcd-port", strconv.Itoa(ports[n]))

@@ -61,6 +61,9 @@ type layout struct {
 	// Lengths: the servers keep length records (<prefix>/allocation-lengths/<scope>/<family>/<length>),
 	// which must hold every stored Network's prefix length at every revision.
 	Lengths bool `json:"lengths,omitempty"`
+	// NoGatewayKeys: the servers write no gateway keys (--gateway-keys=none), so a Network may
+	// have none; one it has must still be its gateway's.
+	NoGatewayKeys bool `json:"noGatewayKeys,omitempty"`
 }
 
 var decoder = apiserver.Codecs.UniversalDeserializer()

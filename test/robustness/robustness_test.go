@@ -133,7 +133,8 @@ func runScenario(t *testing.T, sc scenario, bin, out string, seed int64) {
 	}
 	t.Logf("scenario %s, seed %d: %d etcd members, %d replicas, %d clients for %s, faults %v; files in %s",
 		sc.Name, seed, sc.EtcdMembers, sc.Replicas, sc.Clients, sc.Duration, sc.Faults, dir)
-	lay := layout{Prefix: etcdPrefix, PerNamespace: sc.OverlapScope == "namespace", Blocks: true, Lengths: true}
+	lay := layout{Prefix: etcdPrefix, PerNamespace: sc.OverlapScope == "namespace", Blocks: true, Lengths: true,
+		NoGatewayKeys: sc.GatewayKeys == "none"}
 	info, _ := json.MarshalIndent(runInfo{Scenario: sc, Seed: seed, Layout: lay}, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "run.json"), info, 0o644); err != nil {
 		t.Fatal(err)

@@ -34,16 +34,19 @@ type scenario struct {
 	Guards string `json:"guards,omitempty"`
 	// VNIKeys is the servers' --vni-keys ("" in runs kept before it: the default, pair).
 	VNIKeys string `json:"vniKeys,omitempty"`
+	// GatewayKeys is the servers' --gateway-keys ("" in runs kept before it: the default, write).
+	GatewayKeys string `json:"gatewayKeys,omitempty"`
 }
 
 func scenarios(full bool) []scenario {
 	// Two replicas trusting the length records (fewer guards, the record's races between
-	// replicas) and writing one VNI key per Network; the embedded server guarding every length
-	// and writing VNI key pairs, as by default.
-	ha := scenario{Name: "ha", EtcdMembers: 3, Replicas: 2, OverlapScope: "cluster", Guards: "recorded", VNIKeys: "single", Clients: 16,
+	// replicas), writing one VNI key per Network and no gateway keys (claims guarded by the
+	// allocation key); the embedded server guarding every length and writing VNI key pairs and
+	// gateway keys, as by default.
+	ha := scenario{Name: "ha", EtcdMembers: 3, Replicas: 2, OverlapScope: "cluster", Guards: "recorded", VNIKeys: "single", GatewayKeys: "none", Clients: 16,
 		Duration: 45 * time.Second, FaultGap: 5 * time.Second, MaxDown: 2 * time.Second,
 		Faults: []string{faultKillServer, faultRestart, faultStopMember, faultKillMember, faultStopEtcd, faultKillEtcd, faultCompact, faultPartition}}
-	emb := scenario{Name: "embedded", Embedded: true, Replicas: 1, OverlapScope: "namespace", Guards: "all", VNIKeys: "pair", Clients: 16,
+	emb := scenario{Name: "embedded", Embedded: true, Replicas: 1, OverlapScope: "namespace", Guards: "all", VNIKeys: "pair", GatewayKeys: "write", Clients: 16,
 		Duration: 35 * time.Second, FaultGap: 5 * time.Second, MaxDown: 2 * time.Second,
 		Faults: []string{faultKillServer, faultRestart, faultStopEtcd, faultCompact}}
 	if full {

@@ -103,6 +103,10 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 	}
 	vnis := segment.New(client, storage.Prefix+"/segments", vniRange)
 	vnis.Layout = segment.Layout(o.VNIKeys)
+	// A sibling of allocations/, never under it: the repair of allocations removes every key
+	// there that no Network owns.
+	blocks := allocator.New(client, storage.Prefix+"/blocks")
+	blocks.Gateways = allocator.GatewayKeys(o.GatewayKeys)
 	return apiserver.ExtraConfig{
 		// The length records are a sibling of allocations/ too, for the same reason.
 		Allocator:      allocator.New(client, storage.Prefix+"/allocations").KeepLengths(storage.Prefix+"/allocation-lengths", guards),
@@ -111,9 +115,7 @@ func (o *Options) allocations() (apiserver.ExtraConfig, *clientv3.Client, error)
 		VerifyInterval: o.AllocationVerifyInterval,
 		// k8s.io/apiserver's compactor, which the generic storage runs at this interval.
 		CompactionInterval: storage.CompactionInterval,
-		// A sibling of allocations/, never under it: the repair of allocations removes every
-		// key there that no Network owns.
-		Blocks: allocator.New(client, storage.Prefix+"/blocks"),
+		Blocks:             blocks,
 		BlockSizes: blockstorage.BlockSizes{IPv4: o.BlockPrefixLengthV4, IPv6: o.BlockPrefixLengthV6,
 			MaxPerNode: o.MaxBlocksPerNode},
 		VNIs:              vnis,

@@ -54,6 +54,7 @@ import (
 	generatedopenapi "github.com/samplecrd/network-apiserver/pkg/generated/openapi"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/release"
 	blockstorage "github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/blockallocation/storage"
+	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/allocator"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/capacitymetrics"
 	"github.com/samplecrd/network-apiserver/pkg/registry/samplecrd/network/segment"
 	"github.com/samplecrd/network-apiserver/pkg/standaloneauth"
@@ -95,6 +96,9 @@ type Options struct {
 	VNIRange string
 	// VNIKeys is which keys a create writes for its VNI: "pair" or "single" (segment.Layout).
 	VNIKeys string
+	// GatewayKeys is whether Networks' gateways have keys among the blocks: "write" or "none"
+	// (allocator.GatewayKeys).
+	GatewayKeys string
 	// BlockReleaseGrace is the least time between the two observations that release a node's
 	// blocks (pkg/registry/samplecrd/blockallocation/release).
 	BlockReleaseGrace time.Duration
@@ -141,6 +145,7 @@ func NewOptions(out io.Writer) *Options {
 		AgentIdentity:            slices.Clone(nodeidentity.DefaultAgents),
 		VNIRange:                 segment.DefaultRange.String(),
 		VNIKeys:                  string(segment.LayoutPair),
+		GatewayKeys:              string(allocator.GatewayKeysWrite),
 		BlockReleaseGrace:        release.DefaultGrace,
 		CapacityMetrics:          capacitymetrics.Options{Mode: capacitymetrics.ModeNetwork, MaxNetworks: capacitymetrics.DefaultMaxNetworks},
 		Out:                      out,
@@ -217,6 +222,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Which etcd keys a create writes for its Network's VNI: \"pair\" (the VNI's key and the Network's uid key, as builds before the single layout; "+
 			"safe beside them) or \"single\" (the VNI's key alone, status.vni pointing at it: one key less per Network, "+
 			"but only once every replica runs a build that reads it, this one or later). Every build since reads both.")
+	fs.StringVar(&o.GatewayKeys, "gateway-keys", o.GatewayKeys,
+		"Whether a Network's gateway has an etcd key among its address blocks: \"write\" (a create writes it, a gateway change moves it, "+
+			"as builds before \"none\"; safe beside them) or \"none\" (claims are guarded by the Network's allocation key instead: one key less per Network, "+
+			"but only once every replica runs a build that guards claims so, this one or later). Every build since guards claims both ways.")
 	fs.DurationVar(&o.BlockReleaseGrace, "block-release-grace", o.BlockReleaseGrace,
 		"A node's address blocks of a Network are released when two observations this far apart both find that none of its pods can hold an address "+
 			"in them (standalone: the node has no status.nodes entry; attached: its Node is deleted and its entry is gone or reports leases: 0), "+
@@ -326,6 +335,9 @@ func (o *Options) Validate() error {
 	}
 	if o.VNIKeys != string(segment.LayoutPair) && o.VNIKeys != string(segment.LayoutSingle) {
 		errs = append(errs, fmt.Errorf("--vni-keys %q must be %q or %q", o.VNIKeys, segment.LayoutPair, segment.LayoutSingle))
+	}
+	if o.GatewayKeys != string(allocator.GatewayKeysWrite) && o.GatewayKeys != string(allocator.GatewayKeysNone) {
+		errs = append(errs, fmt.Errorf("--gateway-keys %q must be %q or %q", o.GatewayKeys, allocator.GatewayKeysWrite, allocator.GatewayKeysNone))
 	}
 	if _, err := segment.ParseRange(o.VNIRange); err != nil {
 		errs = append(errs, fmt.Errorf("--vni-range: %w", err))

@@ -82,6 +82,10 @@ type ClaimREST struct {
 	NodeLabels NodeLabelsFunc
 	// Quota, when set, bounds the free addresses a node agent holds before it claims more (quota.go).
 	Quota *Quota
+	// AllocationKey names a Network's allocation key (false: none; nil: claims are not guarded
+	// by it). A claim is guarded by its ModRevision as read with the Network: a gateway change
+	// without gateway keys writes that key again (allocator.GatewayKeysNone).
+	AllocationKey func(n *samplecrd.Network) (string, bool)
 }
 
 var (
@@ -105,7 +109,7 @@ func (r *ClaimREST) ProducesObject(string) interface{} { return v1.BlockAllocati
 const maxClaimAttempts = 32
 
 var (
-	errNetworkChanged = errors.New("the network was deleted or replaced meanwhile")
+	errNetworkChanged = errors.New("the network was deleted or replaced, or its gateway changed, meanwhile")
 	errNodeChanged    = errors.New("the node's block allocation changed meanwhile")
 )
 
@@ -179,11 +183,16 @@ type storedNetwork struct {
 	createRevision, modRevision int64
 	prefix                      netip.Prefix
 	gateway                     netip.Addr
+	// allocationKey is the Network's allocation key ("": not guarded by it) and
+	// allocationModRevision its ModRevision (0: absent) at the revision the Network was read at.
+	allocationKey         string
+	allocationModRevision int64
 }
 
-// network reads the Network at netKey.
+// network reads the Network at netKey, and its allocation key as it was at that revision
+// (errNetworkChanged when that key has changed since).
 func (r *ClaimREST) network(ctx context.Context, netKey, name string) (storedNetwork, error) {
-	kv, err := r.Blocks.Get(ctx, netKey)
+	kv, readAt, err := r.Blocks.GetRevision(ctx, netKey)
 	if err != nil {
 		return storedNetwork{}, networkstorage.StorageError(err)
 	}
@@ -206,7 +215,43 @@ func (r *ClaimREST) network(ctx context.Context, netKey, name string) (storedNet
 	if err != nil {
 		return storedNetwork{}, apierrors.NewInternalError(fmt.Errorf("stored network %s has no valid spec.gateway %q", name, n.Spec.Gateway))
 	}
-	return storedNetwork{Network: n, createRevision: kv.CreateRevision, modRevision: kv.ModRevision, prefix: prefix, gateway: gw}, nil
+	sn := storedNetwork{Network: n, createRevision: kv.CreateRevision, modRevision: kv.ModRevision, prefix: prefix, gateway: gw}
+	if r.AllocationKey != nil {
+		if key, ok := r.AllocationKey(n); ok {
+			akv, err := r.Blocks.Get(ctx, key)
+			if err != nil {
+				return storedNetwork{}, networkstorage.StorageError(err)
+			}
+			if akv != nil {
+				if akv.ModRevision > readAt {
+					return storedNetwork{}, errNetworkChanged // maybe a gateway change since: read both again
+				}
+				sn.allocationModRevision = akv.ModRevision
+			}
+			sn.allocationKey = key
+		}
+	}
+	return sn, nil
+}
+
+// allocationGuard guards a claim by sn's allocation key as read (a gateway change writes it
+// again): nothing without one; check turns a failed compare into errNetworkChanged.
+func (sn storedNetwork) allocationGuard() ([]clientv3.Cmp, []clientv3.Op, func(*etcdserverpb.ResponseOp) error) {
+	if sn.allocationKey == "" {
+		return nil, nil, nil
+	}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(sn.allocationKey), "=", sn.allocationModRevision)},
+		[]clientv3.Op{clientv3.OpGet(sn.allocationKey, clientv3.WithKeysOnly())},
+		func(r *etcdserverpb.ResponseOp) error {
+			var m int64
+			if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+				m = kvs[0].ModRevision
+			}
+			if m != sn.allocationModRevision {
+				return errNetworkChanged
+			}
+			return nil
+		}
 }
 
 // incarnation guards a write by the Network's incarnation: probe reads its key, check turns a
@@ -226,7 +271,12 @@ func incarnation(netKey string, createRevision int64) (clientv3.Cmp, clientv3.Op
 // blocks existed, or by an older replica), so that no block is ever picked over the gateway.
 // The write is guarded by the Network's ModRevision as read: a gateway moved meanwhile must not
 // get its old key back.
+// Without gateway keys (allocator.GatewayKeysNone) it writes nothing: claims avoid the gateway
+// they read and are guarded by the allocation key.
 func (r *ClaimREST) ensureGateway(ctx context.Context, sn storedNetwork, netKey string) error {
+	if !r.Blocks.WritesGatewayKeys() {
+		return nil
+	}
 	n, prefix, gw := sn.Network, sn.prefix, sn.gateway
 	al, ok := allocator.GatewayOf(n)
 	if !ok {
@@ -291,7 +341,7 @@ func (r *ClaimREST) claimOnce(ctx context.Context, ns, name, netKey, objName, ob
 	if err := r.Quota.checkQuota(ctx, n, prefix, sn.gateway, current); err != nil {
 		return nil, err
 	}
-	block, err := r.pick(ctx, string(n.UID), prefix)
+	block, err := r.pick(ctx, string(n.UID), prefix, sn.gateway)
 	if err != nil {
 		var none *allocator.ExhaustedError
 		if errors.As(err, &none) {
@@ -348,12 +398,18 @@ func (r *ClaimREST) commit(ctx context.Context, sn storedNetwork, netKey, objKey
 	al := allocator.Allocation{Scope: string(n.UID), Prefix: block, Owner: allocator.Owner{Namespace: ns, Name: name, UID: string(n.UID)},
 		Node: node, Role: allocator.RoleBlock, Within: prefix}
 	netCmp, netProbe, netCheck := incarnation(netKey, createRevision)
+	allocCmps, allocProbes, allocCheck := sn.allocationGuard()
 	rev, err := r.Blocks.Write(ctx, al,
-		[]clientv3.Cmp{netCmp, clientv3.Compare(clientv3.ModRevision(objKey), "=", objModRevision)},
-		[]clientv3.Op{netProbe, clientv3.OpGet(objKey, clientv3.WithKeysOnly())},
+		append([]clientv3.Cmp{netCmp, clientv3.Compare(clientv3.ModRevision(objKey), "=", objModRevision)}, allocCmps...),
+		append([]clientv3.Op{netProbe, clientv3.OpGet(objKey, clientv3.WithKeysOnly())}, allocProbes...),
 		func(rs []*etcdserverpb.ResponseOp) error {
 			if err := netCheck(rs[0]); err != nil {
 				return err
+			}
+			if allocCheck != nil {
+				if err := allocCheck(rs[2]); err != nil {
+					return err
+				}
 			}
 			var m int64
 			if kvs := rs[1].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -380,10 +436,10 @@ func (r *ClaimREST) commit(ctx context.Context, sn storedNetwork, netKey, objKey
 
 // pick returns a free block of prefix: of the preferred size if one is left, else of the next
 // smaller size, down to a single address.
-func (r *ClaimREST) pick(ctx context.Context, scope string, prefix netip.Prefix) (netip.Prefix, error) {
+func (r *ClaimREST) pick(ctx context.Context, scope string, prefix netip.Prefix, gateway netip.Addr) (netip.Prefix, error) {
 	var last error
 	for bits := r.Sizes.Preferred(prefix); bits <= prefix.Addr().BitLen(); bits++ {
-		block, err := r.Blocks.PickBlock(ctx, scope, prefix, bits)
+		block, err := r.Blocks.PickBlock(ctx, scope, prefix, bits, gateway)
 		if err == nil {
 			return block, nil
 		}

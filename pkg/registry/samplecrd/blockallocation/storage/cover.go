@@ -146,6 +146,9 @@ func (r *ClaimREST) coverOnce(ctx context.Context, ns, name, netKey, objName, ob
 	if err != nil {
 		return nil, err
 	}
+	// The gateway as read with the allocation key (whose ModRevision guards each commit), which
+	// without gateway keys is nowhere among the keys.
+	taken = append(taken, allocator.Allocation{Prefix: netip.PrefixFrom(sn.gateway, sn.gateway.BitLen()), Role: allocator.RoleGateway})
 	// Blocks the node already holds count as its own, whatever the keys say.
 	for _, b := range current.Blocks {
 		if p, err := netip.ParsePrefix(b.CIDR); err == nil {

@@ -84,9 +84,11 @@ func (s *allocatingStore) updateMovingGateway(ctx context.Context, key string, d
 	return storageError(fmt.Errorf("moving the gateway: gave up after %d attempts lost to concurrent writes", maxGatewayMoveAttempts))
 }
 
-// moveGateway commits the updated Network, removes its old gateway key and writes the new one,
-// in one transaction guarded by the Network's ModRevision, the old key's value and the blocks
-// around the new gateway. A new gateway inside a block is a 422 on spec.gateway naming it.
+// moveGateway commits the updated Network, removes its old gateway key and writes the new one
+// (or, without gateway keys, writes the Network's allocation key again), in one transaction
+// guarded by the Network's ModRevision, the old key's (and the allocation key's) ModRevision and
+// the blocks around the new gateway. A new gateway inside a block is a 422 on spec.gateway
+// naming it.
 func (s *allocatingStore) moveGateway(ctx context.Context, key string, move *gatewayMove, destination runtime.Object) error {
 	etcdKey, err := s.etcd.key(key)
 	if err != nil {
@@ -118,23 +120,52 @@ func (s *allocatingStore) moveGateway(ctx context.Context, key string, move *gat
 		if kv != nil && string(kv.Value) == allocator.Value(oldGw) {
 			ops = append(ops, clientv3.OpDelete(oldKey))
 		}
-		// else no gateway key (a Network from before blocks), or a block there: leave that key.
+		// else no gateway key (a Network from before blocks, or without gateway keys), or a
+		// block there: leave that key.
 		probes = append(probes, clientv3.OpGet(oldKey, clientv3.WithKeysOnly()))
 	}
-	rev, err := s.blocks.Write(ctx, newGw, cmps, probes, func(rs []*etcdserverpb.ResponseOp) error {
+	// Without gateway keys (--gateway-keys=none) the new gateway is guarded, not stored, and the
+	// Network's allocation key is written again, unchanged, in the same transaction: a claim is
+	// guarded by that key's ModRevision as it read it with the gateway its block avoids, so every
+	// claim that read the old gateway fails and reads again. A Network without an allocation key
+	// (a fault the verifier reports) keeps a gateway key.
+	write := s.blocks.Write
+	allocModRevision := int64(-1) // -1: the allocation key is not written
+	if !s.blocks.WritesGatewayKeys() {
+		if al, ok := s.scoping.AllocationOf(move.old); ok {
+			allocKey := s.allocator.Key(al.Scope, al.Prefix)
+			kv, err := s.allocator.Get(ctx, allocKey)
+			if err != nil {
+				return storageError(err)
+			}
+			if kv != nil {
+				allocModRevision = kv.ModRevision
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(allocKey), "=", kv.ModRevision))
+				probes = append(probes, clientv3.OpGet(allocKey, clientv3.WithKeysOnly()))
+				ops = append(ops, clientv3.OpPut(allocKey, string(kv.Value)))
+				write = s.blocks.Guard
+			}
+		}
+	}
+	rev, err := write(ctx, newGw, cmps, probes, func(rs []*etcdserverpb.ResponseOp) error {
 		// The Network or its old gateway key changed: run the update again. Otherwise the
 		// guard of the new gateway failed, which Write tells apart (overlap or a write beside).
 		if kvs := rs[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].ModRevision != int64(move.modRevision) {
 			return errGatewayMoveRaced
 		}
-		if oldModRevision >= 0 {
+		rs = rs[1:]
+		for _, want := range []int64{oldModRevision, allocModRevision} {
+			if want < 0 {
+				continue
+			}
 			var m int64
-			if kvs := rs[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			if kvs := rs[0].GetResponseRange().Kvs; len(kvs) > 0 {
 				m = kvs[0].ModRevision
 			}
-			if m != oldModRevision {
+			if m != want {
 				return errGatewayMoveRaced
 			}
+			rs = rs[1:]
 		}
 		return nil
 	}, ops...)

@@ -174,7 +174,7 @@ func (s *allocatingStore) Create(ctx context.Context, key string, obj, out runti
 		return invalid(n.Name, field.Invalid(field.NewPath("spec", "cidr"), n.Spec.CIDR, "must be a canonical IPv4 or IPv6 prefix"))
 	}
 	var also []clientv3.Op
-	if gw, ok := allocator.GatewayOf(n); ok && s.blocks != nil {
+	if gw, ok := allocator.GatewayOf(n); ok && s.blocks != nil && s.blocks.WritesGatewayKeys() {
 		// The UID is new: nothing is stored in its scope yet, so the gateway key needs no guard.
 		also = append(also, clientv3.OpPut(s.blocks.Key(gw.Scope, gw.Prefix), allocator.Value(gw)))
 	}

@@ -73,6 +73,9 @@ type BlockKeys interface {
 	Remove(ctx context.Context, key string, modRevision int64) (bool, error)
 	Write(ctx context.Context, al allocator.Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
 		check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error)
+	// WritesGatewayKeys says whether every Network's gateway should have a key
+	// (allocator.GatewayKeysWrite); without, a missing one is no fault and none is added.
+	WritesGatewayKeys() bool
 }
 
 var _ BlockKeys = &allocator.Allocator{}
@@ -308,7 +311,9 @@ func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []
 			report(ViolationBlockMissing, err == nil, "block %s of node %s of network %s has no key%s", b.prefix, b.node, name, outcome(err))
 		})
 	}
-	if hasGateway && !gatewayKey && !gatewayInBlock { // a gateway inside a block is reported above; its key cannot be written
+	// A gateway inside a block is reported above; its key cannot be written. Without gateway
+	// keys a Network has none, or one an older replica wrote, which stays a guard.
+	if hasGateway && !gatewayKey && !gatewayInBlock && r.blocks.keys.WritesGatewayKeys() {
 		// Guarded by the Network's ModRevision as read: a gateway moved since must not get its
 		// old key back.
 		cmps, probes, check := unchanged(revisionGuard{sn.key, sn.modRevision, false})

@@ -45,6 +45,8 @@ type fakeBlockKeys struct {
 	writesInStream int
 	// trusted counts the keys EachTrusting handed out without values.
 	trusted int
+	// noGatewayKeys: allocator.GatewayKeysNone.
+	noGatewayKeys bool
 }
 
 var _ BlockKeys = &fakeBlockKeys{}
@@ -62,6 +64,8 @@ func (f *fakeBlockKeys) EachTrusting(_ context.Context, rev int64, trust func([]
 }
 
 func (f *fakeBlockKeys) Root() string { return "/blocks/" }
+
+func (f *fakeBlockKeys) WritesGatewayKeys() bool { return !f.noGatewayKeys }
 
 func (f *fakeBlockKeys) Key(scope string, p netip.Prefix) string {
 	return "/blocks/" + scope + "/" + p.String()
@@ -211,5 +215,49 @@ func verifyBlocksPass(t *testing.T, r *Repair, keys *fakeBlockKeys) {
 	}
 	if keys.writesInStream != 0 {
 		t.Errorf("%d fixes made while the block keys were streamed", keys.writesInStream)
+	}
+}
+
+// Without gateway keys (allocator.GatewayKeysNone) a Network without one is no fault and gets
+// none; a gateway inside a block is still found (from spec.gateway), a gateway key an older
+// replica wrote still counts as the gateway's, and a stale one is still removed.
+func TestVerifyBlocksWithoutGatewayKeys(t *testing.T) {
+	f := &fakeAllocations{}
+	f.storesWithGateway(t, "a", "a", "10.0.0.0/24", "10.0.0.1")
+	f.storesBlocks(t, "a", "a", "n1", "10.0.0.64/26")
+	f.storesWithGateway(t, "b", "b", "10.1.0.0/24", "10.1.0.70")
+	f.storesBlocks(t, "b", "b", "n1", "10.1.0.64/26")
+	f.storesWithGateway(t, "c", "c", "10.2.0.0/24", "10.2.0.1")
+	f.storesWithGateway(t, "d", "d", "10.3.0.0/24", "10.3.0.1")
+	f.stored = []allocator.Stored{allocation("a", "a", "10.0.0.0/24"), allocation("b", "b", "10.1.0.0/24"),
+		allocation("c", "c", "10.2.0.0/24"), allocation("d", "d", "10.3.0.0/24")}
+	keys := &fakeBlockKeys{noGatewayKeys: true, stored: []allocator.Stored{
+		block("a", "a", "10.0.0.64/26", "n1", allocator.RoleBlock),
+		block("b", "b", "10.1.0.64/26", "n1", allocator.RoleBlock),
+		block("c", "c", "10.2.0.1/32", "", allocator.RoleGateway),
+		block("d", "d", "10.3.0.9/32", "", allocator.RoleGateway),
+	}}
+	r := New(f, allocator.Scoping{}, "/networks/", decodeJSON).WithBlocks(keys, "/blockallocations/", decodeBlocksJSON)
+	v, err := r.Verify(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{ViolationGatewayMissing: 0, ViolationGatewayInBlock: 1, ViolationBlockOrphan: 1}
+	for kind, n := range want {
+		if got := v.Count(kind); got != n {
+			t.Errorf("%d %s violations, want %d", got, kind, n)
+		}
+	}
+	if len(v.Violations) != 2 {
+		for _, x := range v.Violations {
+			t.Logf("%s fixed=%v: %s", x.Kind, x.Fixed, x.Detail)
+		}
+		t.Errorf("%d violations, want 2", len(v.Violations))
+	}
+	if len(keys.written) != 0 {
+		t.Errorf("written %v, want nothing", keys.written)
+	}
+	if want := []string{"/blocks/uid-d/10.3.0.9/32"}; !slices.Equal(keys.removed, want) {
+		t.Errorf("removed %v, want %v", keys.removed, want)
 	}
 }
