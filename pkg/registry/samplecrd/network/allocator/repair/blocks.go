@@ -34,7 +34,8 @@ import (
 
 // Kinds of violations of the block invariant: per Network, the block keys are exactly the
 // blocks its BlockAllocations list, each inside the prefix and owned by its Network and node, no
-// two overlap, none contains the gateway, whose key exists; nothing belongs to a Network that is gone.
+// two overlap, none contains the gateway (whose key, where there is one, is the gateway's);
+// nothing belongs to a Network that is gone. A Network without a gateway key is no fault.
 const (
 	// ViolationBlockOrphan: a block key no BlockAllocation lists, or a stale gateway key (fixed:
 	// removed).
@@ -52,8 +53,6 @@ const (
 	// ViolationGatewayInBlock: a Network's gateway is inside one of its blocks (reported: an older
 	// replica can move a gateway there).
 	ViolationGatewayInBlock = "gateway-in-block"
-	// ViolationGatewayMissing: a Network without its gateway key (fixed: added).
-	ViolationGatewayMissing = "gateway-missing"
 	// ViolationBlockNetworkGone: a block key or BlockAllocation of a Network UID no stored Network
 	// has (fixed: removed, safe since that Network is gone).
 	ViolationBlockNetworkGone = "block-network-gone"
@@ -61,7 +60,7 @@ const (
 
 // blockKinds are the violation kinds of the block checks, for the metrics.
 var blockKinds = []string{ViolationBlockOrphan, ViolationBlockMissing, ViolationBlockOutside, ViolationBlockOwner,
-	ViolationBlockOverlap, ViolationGatewayInBlock, ViolationGatewayMissing, ViolationBlockNetworkGone}
+	ViolationBlockOverlap, ViolationGatewayInBlock, ViolationBlockNetworkGone}
 
 // BlockKeys is what the verifier needs of the block keyspace's allocator.
 type BlockKeys interface {
@@ -73,9 +72,6 @@ type BlockKeys interface {
 	Remove(ctx context.Context, key string, modRevision int64) (bool, error)
 	Write(ctx context.Context, al allocator.Allocation, cmps []clientv3.Cmp, probes []clientv3.Op,
 		check func([]*etcdserverpb.ResponseOp) error, ops ...clientv3.Op) (int64, error)
-	// WritesGatewayKeys says whether every Network's gateway should have a key
-	// (allocator.GatewayKeysWrite); without, a missing one is no fault and none is added.
-	WritesGatewayKeys() bool
 }
 
 var _ BlockKeys = &allocator.Allocator{}
@@ -253,14 +249,12 @@ func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []
 		return cmp.Or(x.prefix.Addr().Compare(y.prefix.Addr()), cmp.Compare(x.prefix.Bits(), y.prefix.Bits()))
 	})
 	byPrefix := make(map[netip.Prefix]listedBlock, len(listed))
-	gatewayInBlock := false
 	var open []listedBlock
 	for _, b := range listed {
 		if b.prefix.Addr().Is4() != prefix.Addr().Is4() || b.prefix.Bits() < prefix.Bits() || !prefix.Contains(b.prefix.Addr()) {
 			report(ViolationBlockOutside, false, "block %s of node %s is outside network %s (%s)", b.prefix, b.node, name, prefix)
 		}
 		if hasGateway && b.prefix.Contains(gateway.Prefix.Addr()) {
-			gatewayInBlock = true
 			report(ViolationGatewayInBlock, false, "the gateway %s of network %s is inside block %s of node %s", sn.gateway, name, b.prefix, b.node)
 		}
 		open = slices.DeleteFunc(open, func(o listedBlock) bool { return !o.prefix.Overlaps(b.prefix) })
@@ -272,15 +266,14 @@ func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []
 	}
 	// The keys against the listed blocks.
 	seen := map[netip.Prefix]bool{}
-	gatewayKey := false
 	for _, k := range keys {
 		switch {
 		case k.Trusted:
-			gatewayKey = true // written with the Network's create: its gateway key
+			// written with the Network's create: its gateway key
 		case k.Corrupt != nil:
 			report(ViolationInvalid, false, "block key %s of network %s: %v", k.Key, name, k.Corrupt)
 		case k.Role == allocator.RoleGateway && hasGateway && k.Prefix == gateway.Prefix:
-			gatewayKey = true
+			// its gateway key
 		case k.Role == allocator.RoleGateway:
 			remove(ViolationBlockOrphan, k.Key, k.ModRevision, "gateway key %s (%s) of network %s is not its gateway %s", k.Key, k.Prefix, name, sn.gateway)
 		default:
@@ -311,21 +304,8 @@ func (r *Repair) checkNetworkBlocks(ctx context.Context, sn etcdNetwork, keys []
 			report(ViolationBlockMissing, err == nil, "block %s of node %s of network %s has no key%s", b.prefix, b.node, name, outcome(err))
 		})
 	}
-	// A gateway inside a block is reported above; its key cannot be written. Without gateway
-	// keys a Network has none, or one an older replica wrote, which stays a guard.
-	if hasGateway && !gatewayKey && !gatewayInBlock && r.blocks.keys.WritesGatewayKeys() {
-		// Guarded by the Network's ModRevision as read: a gateway moved since must not get its
-		// old key back.
-		cmps, probes, check := unchanged(revisionGuard{sn.key, sn.modRevision, false})
-		gateway := gateway // captured here only: every Network's would move to the heap
-		later(func() {
-			_, err := r.blocks.keys.Write(ctx, gateway, cmps, probes, check)
-			if err == nil {
-				repairs.WithLabelValues("restored").Inc()
-			}
-			report(ViolationGatewayMissing, err == nil, "network %s has no key for its gateway %s%s", name, sn.gateway, outcome(err))
-		})
-	}
+	// A Network without a gateway key is no fault: claims are guarded by its allocation key
+	// (allocator.GatewayKeysNone), and a build before that adds the key itself when it claims.
 }
 
 // revisionGuard says that key must still be at revision: its CreateRevision (the same

@@ -45,8 +45,6 @@ type fakeBlockKeys struct {
 	writesInStream int
 	// trusted counts the keys EachTrusting handed out without values.
 	trusted int
-	// noGatewayKeys: allocator.GatewayKeysNone.
-	noGatewayKeys bool
 }
 
 var _ BlockKeys = &fakeBlockKeys{}
@@ -64,8 +62,6 @@ func (f *fakeBlockKeys) EachTrusting(_ context.Context, rev int64, trust func([]
 }
 
 func (f *fakeBlockKeys) Root() string { return "/blocks/" }
-
-func (f *fakeBlockKeys) WritesGatewayKeys() bool { return !f.noGatewayKeys }
 
 func (f *fakeBlockKeys) Key(scope string, p netip.Prefix) string {
 	return "/blocks/" + scope + "/" + p.String()
@@ -188,7 +184,7 @@ func verifyBlocksPass(t *testing.T, r *Repair, keys *fakeBlockKeys) {
 		t.Fatal(err)
 	}
 	want := map[string]int{
-		ViolationBlockOrphan: 2, ViolationBlockMissing: 2, ViolationBlockOwner: 1, ViolationGatewayMissing: 2,
+		ViolationBlockOrphan: 2, ViolationBlockMissing: 2, ViolationBlockOwner: 1,
 		ViolationBlockOutside: 1, ViolationBlockOverlap: 1, ViolationGatewayInBlock: 1, ViolationBlockNetworkGone: 2,
 	}
 	for kind, n := range want {
@@ -206,9 +202,9 @@ func verifyBlocksPass(t *testing.T, r *Repair, keys *fakeBlockKeys) {
 	if !slices.Equal(keys.removed, wantRemoved) {
 		t.Errorf("removed %v, want %v", keys.removed, wantRemoved)
 	}
-	// Restored: keys' 10.1.0.128/26 (10.1.0.192/27 would overlap) and the gateway keys of keys and
-	// bare; bad's gateway is inside a block, so no key is written for it (only reported).
-	wantWritten := []string{"block 10.1.0.128/26 n1", "gateway 10.1.0.1/32 ", "gateway 10.4.0.1/32 "}
+	// Restored: keys' 10.1.0.128/26 (10.1.0.192/27 would overlap). No gateway key is written for
+	// keys and bare, which have none (TestVerifyBlocksWithoutGatewayKeys).
+	wantWritten := []string{"block 10.1.0.128/26 n1"}
 	slices.Sort(keys.written)
 	if !slices.Equal(keys.written, wantWritten) {
 		t.Errorf("written %v, want %v", keys.written, wantWritten)
@@ -218,9 +214,10 @@ func verifyBlocksPass(t *testing.T, r *Repair, keys *fakeBlockKeys) {
 	}
 }
 
-// Without gateway keys (allocator.GatewayKeysNone) a Network without one is no fault and gets
-// none; a gateway inside a block is still found (from spec.gateway), a gateway key an older
-// replica wrote still counts as the gateway's, and a stale one is still removed.
+// A Network without a gateway key is no fault and gets none: with --gateway-keys=none it has
+// none, and a build before that adds it itself when it claims. A gateway inside a block is still
+// found (from spec.gateway), a gateway key still counts as the gateway's, and a stale one is
+// still removed.
 func TestVerifyBlocksWithoutGatewayKeys(t *testing.T) {
 	f := &fakeAllocations{}
 	f.storesWithGateway(t, "a", "a", "10.0.0.0/24", "10.0.0.1")
@@ -231,7 +228,7 @@ func TestVerifyBlocksWithoutGatewayKeys(t *testing.T) {
 	f.storesWithGateway(t, "d", "d", "10.3.0.0/24", "10.3.0.1")
 	f.stored = []allocator.Stored{allocation("a", "a", "10.0.0.0/24"), allocation("b", "b", "10.1.0.0/24"),
 		allocation("c", "c", "10.2.0.0/24"), allocation("d", "d", "10.3.0.0/24")}
-	keys := &fakeBlockKeys{noGatewayKeys: true, stored: []allocator.Stored{
+	keys := &fakeBlockKeys{stored: []allocator.Stored{
 		block("a", "a", "10.0.0.64/26", "n1", allocator.RoleBlock),
 		block("b", "b", "10.1.0.64/26", "n1", allocator.RoleBlock),
 		block("c", "c", "10.2.0.1/32", "", allocator.RoleGateway),
@@ -242,7 +239,7 @@ func TestVerifyBlocksWithoutGatewayKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{ViolationGatewayMissing: 0, ViolationGatewayInBlock: 1, ViolationBlockOrphan: 1}
+	want := map[string]int{ViolationGatewayInBlock: 1, ViolationBlockOrphan: 1}
 	for kind, n := range want {
 		if got := v.Count(kind); got != n {
 			t.Errorf("%d %s violations, want %d", got, kind, n)
