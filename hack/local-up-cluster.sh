@@ -329,7 +329,8 @@ cluster_up() {
     mkdir -p "$STATE/$name.data"
     # Recorded, one argument a line, so that restart-apiserver runs exactly the same command.
     # Every replica runs this build, so creates may trust the length records and write one VNI
-    # key per Network (--allocation-guards=recorded, --vni-keys=single, docs/allocation.md).
+    # key per Network and no gateway key (--allocation-guards=recorded, --vni-keys=single,
+    # --gateway-keys=none, docs/allocation.md).
     printf '%s\n' "$BIN/network-apiserver" \
       --etcd-servers "$(etcd_endpoints)" --etcd-prefix /network-apiserver \
       --etcd-cafile "$STATE/pki/etcd-ca.crt" --etcd-certfile "$STATE/pki/etcd-client.crt" --etcd-keyfile "$STATE/pki/etcd-client.key" \
@@ -337,7 +338,7 @@ cluster_up() {
       --tls-cert-file "$STATE/pki/network-apiserver.crt" --tls-private-key-file "$STATE/pki/network-apiserver.key" \
       --bind-address 127.0.0.1 --secure-port "$((NETWORK_APISERVER_PORT + i))" \
       --controllers=false --template-namespace network-apiserver \
-      --allocation-guards=recorded --vni-keys=single \
+      --allocation-guards=recorded --vni-keys=single --gateway-keys=none \
       --data-dir "$STATE/$name.data" >"$STATE/$name.args"
     # shellcheck disable=SC2086 # split on purpose: one argument per word
     [[ -z $NETWORK_APISERVER_ARGS ]] || printf '%s\n' $NETWORK_APISERVER_ARGS >>"$STATE/$name.args"

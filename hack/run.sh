@@ -33,9 +33,9 @@ UNSAFE_HOST_NETWORK=${UNSAFE_HOST_NETWORK:-}
 
 read -r -a extra <<<"${CONTROLLER_FLAGS}"
 # One server, started on its own: no replica of an older build writes beside it, so creates may
-# trust the length records and write one VNI key per Network (docs/allocation.md, "The length
-# record", "One VNI key per Network").
-args=(--data-dir "${DATA_DIR}" --bind-address 127.0.0.1 --secure-port "${PORT}" --allocation-guards=recorded --vni-keys=single)
+# trust the length records, write one VNI key per Network and no gateway key (docs/allocation.md,
+# "The length record", "One VNI key per Network", "Networks without a gateway key").
+args=(--data-dir "${DATA_DIR}" --bind-address 127.0.0.1 --secure-port "${PORT}" --allocation-guards=recorded --vni-keys=single --gateway-keys=none)
 
 # has_cap N: whether this shell's effective capability set holds capability number N.
 has_cap() {

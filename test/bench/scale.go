@@ -131,7 +131,7 @@ func (b *bench) scaleOurs(ctx context.Context, root string, target int, budget i
 	data := filepath.Join(dir, "data")
 	args := []string{filepath.Join(root, "_output", "bin", "network-apiserver"), "--data-dir", data,
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(ports[0]), "--controllers=false",
-		"--allocation-verify-interval", defaultVerifyInterval.String(), "--allocation-guards=recorded", "--vni-keys=single",
+		"--allocation-verify-interval", defaultVerifyInterval.String(), "--allocation-guards=recorded", "--vni-keys=single", "--gateway-keys=none",
 		// Two of k8s.io/apiserver's background jobs log when they end (the watch cache's
 		// consistency check, etcd compaction), so that the kept log tells which slow fill step
 		// each fell into; nothing else is logged more.
