@@ -36,6 +36,7 @@ import (
 
 	v1 "github.com/samplecrd/network-apiserver/pkg/apis/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned"
+	versionedv1 "github.com/samplecrd/network-apiserver/pkg/generated/clientset/versioned/typed/samplecrd/v1"
 	"github.com/samplecrd/network-apiserver/test/integration/framework"
 )
 
@@ -356,17 +357,7 @@ func TestBlockGatewayMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := netip.MustParsePrefix(b.Blocks[0].CIDR)
-	inside := block.Addr().Next().Next().String()
-
-	n.Spec.Gateway = inside
-	want := fmt.Sprintf("spec.gateway: Invalid value: %q: %s is inside block %s of node node2", inside, inside, block)
-	for _, dryRun := range [][]string{{metav1.DryRunAll}, nil} {
-		_, err = networks.Update(ctx, n, metav1.UpdateOptions{DryRun: dryRun})
-		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
-			t.Fatalf("gateway moved into a block (dry run %v): %v, want a 422 containing %q", dryRun, err, want)
-		}
-	}
+	block := blkGatewayIntoBlockRefused(ctx, t, networks, n, b)
 
 	// Move it to a free address: the key moves along, in the Network's own write.
 	n, err = networks.Get(ctx, "gw", metav1.GetOptions{})
@@ -610,6 +601,24 @@ func TestBlockClaimsTwoReplicas(t *testing.T) {
 	if got := blkCheck(t, c1, etcd, ns, n); got != claims {
 		t.Errorf("%d blocks after %d claims", got, claims)
 	}
+}
+
+// blkGatewayIntoBlockRefused moves n's gateway into the first block of b, as a dry run and for
+// real: both are a 422 on spec.gateway naming the block and its node. It returns the block.
+func blkGatewayIntoBlockRefused(ctx context.Context, t *testing.T, networks versionedv1.NetworkInterface, n *v1.Network, b *v1.BlockAllocation) netip.Prefix {
+	t.Helper()
+	block := netip.MustParsePrefix(b.Blocks[0].CIDR)
+	inside := block.Addr().Next().Next().String()
+	moved := n.DeepCopy()
+	moved.Spec.Gateway = inside
+	want := fmt.Sprintf("spec.gateway: Invalid value: %q: %s is inside block %s of node %s", inside, inside, block, b.NodeName)
+	for _, dryRun := range [][]string{{metav1.DryRunAll}, nil} {
+		_, err := networks.Update(ctx, moved, metav1.UpdateOptions{DryRun: dryRun})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("gateway moved into a block (dry run %v): %v, want a 422 containing %q", dryRun, err, want)
+		}
+	}
+	return block
 }
 
 // blkSetup is what a block test starts from on server s: a namespace of its own, a context, a JSON

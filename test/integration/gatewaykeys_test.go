@@ -73,16 +73,7 @@ func TestGatewayKeysNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := netip.MustParsePrefix(b.Blocks[0].CIDR)
-	inside := block.Addr().Next().Next().String()
-	m.Spec.Gateway = inside
-	want := fmt.Sprintf("spec.gateway: Invalid value: %q: %s is inside block %s of node n1", inside, inside, block)
-	for _, dryRun := range [][]string{{metav1.DryRunAll}, nil} {
-		_, err = networks.Update(ctx, m, metav1.UpdateOptions{DryRun: dryRun})
-		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
-			t.Fatalf("gateway moved into a block (dry run %v): %v, want a 422 containing %q", dryRun, err, want)
-		}
-	}
+	blkGatewayIntoBlockRefused(ctx, t, networks, m, b)
 	if m, err = networks.Get(ctx, "nokey2", metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
